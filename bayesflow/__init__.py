@@ -1,0 +1,23 @@
+"""bayesflow: declarative workflows for tempered Bayesian deep learning posteriors.
+
+Not to be confused with the unrelated amortised-inference package ``bayesflow`` on
+PyPI; this project's distribution is ``bayesflow-workflows``.
+"""
+
+from __future__ import annotations
+
+from bayesflow.api import RunResult, load, plan, plan_table, results, run
+from bayesflow.errors import BayesflowError, SpecError, StageError
+
+__all__ = [
+    "BayesflowError",
+    "RunResult",
+    "SpecError",
+    "StageError",
+    "load",
+    "plan",
+    "plan_table",
+    "results",
+    "run",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,202 @@
+"""The Python API: everything the command line does, for people who live in notebooks.
+
+    import bayesflow
+    loaded = bayesflow.load("workflows/cold_posterior.yaml", ["seeds=[0]"])
+    outcome = bayesflow.run(loaded)
+    frame = bayesflow.results(outcome.run_id, tracking_uri=outcome.tracking_uri)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bayesflow.dag.cache import Cache
+from bayesflow.dag.execute import Hook, Outcome, execute, stage_status
+from bayesflow.dag.plan import Plan, plan_workflow
+from bayesflow.data import Dataset, load_dataset
+from bayesflow.errors import TrackingError
+from bayesflow.spec.load import LoadedSpec, load_spec
+
+__all__ = ["RunResult", "load", "plan", "plan_table", "results", "run", "tracking_uri_of"]
+
+
+def load(source: str | Path | dict[str, Any], overrides: Sequence[str] = ()) -> LoadedSpec:
+    """Load and validate a spec (a YAML path or a mapping) with optional overrides."""
+    return load_spec(source, list(overrides))
+
+
+def _dataset(loaded: LoadedSpec) -> Dataset:
+    return load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
+
+
+def plan(loaded: LoadedSpec, dataset: Dataset | None = None) -> Plan:
+    """Plan a loaded spec into stages (loads the data to know its digest)."""
+    dataset = dataset if dataset is not None else _dataset(loaded)
+    return plan_workflow(loaded.spec, dataset.digest)
+
+
+def plan_table(loaded: LoadedSpec, force: Sequence[str] | bool = False) -> list[dict[str, Any]]:
+    """One row per stage: name, kind, status (new / cached / forced / always), key, inputs."""
+    the_plan = plan(loaded)
+    cache = Cache(loaded.spec.execution.cache_dir)
+    return [
+        {
+            "stage": stage.name, "kind": stage.kind, "status": stage_status(stage, cache, force),
+            "key": stage.key, "inputs": list(stage.inputs),
+        }
+        for stage in the_plan.order()
+    ]
+
+
+def tracking_uri_of(loaded: LoadedSpec) -> str:
+    """The spec's tracking URI made absolute (relative SQLite paths are from the cwd)."""
+    from bayesflow.tracking import resolve_tracking_uri
+
+    return resolve_tracking_uri(loaded.spec.tracking.uri, Path.cwd())
+
+
+@dataclass
+class RunResult:
+    """What one ``run`` did."""
+
+    run_id: str
+    tracking_uri: str
+    experiment: str
+    outcome: Outcome
+    report_dir: Path
+    seconds: float
+    fit_runs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every stage finished, 1 when a stage failed (DESIGN.md contract)."""
+        return 0 if self.outcome.ok else 1
+
+    @property
+    def report_html(self) -> Path | None:
+        """The rendered HTML report, if the report stage ran."""
+        entry = self.outcome.entries.get("report")
+        return Path(entry.values["html"]) if entry else None
+
+
+def run(
+    loaded: LoadedSpec,
+    *,
+    force: Sequence[str] | bool = False,
+    keep_going: bool | None = None,
+    hooks: Sequence[Hook] = (),
+    tracker: Any = None,
+) -> RunResult:
+    """Run a workflow: plan, execute every stage with caching, track, report.
+
+    Args:
+        loaded: the validated spec.
+        force: True to rerun every stage, or glob patterns of stage names to rerun.
+        keep_going: keep running independent stages after a failure (default: the
+            spec's ``execution.keep_going``, itself True by default for sweeps).
+        hooks: extra hooks (e.g. a progress display).
+        tracker: a tracker to use instead of MLflow at the spec's URI (tests).
+    """
+    from bayesflow.hooks import TrackingHook, end_stale_runs, report_folder
+    from bayesflow.stages import StageRunner
+
+    began = time.perf_counter()
+    spec = loaded.spec
+    if tracker is None:
+        from bayesflow.tracking import MlflowTracker
+
+        tracker = MlflowTracker(tracking_uri_of(loaded))
+    experiment = spec.tracking.experiment or spec.name
+    dataset = _dataset(loaded)
+    the_plan = plan_workflow(spec, dataset.digest)
+    end_stale_runs(tracker, experiment)
+    parent_id = tracker.start_run(
+        experiment, f"{spec.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        params={
+            "workflow": spec.name, "temperature_convention": spec.temperature_convention,
+            "temperatures": list(spec.temperatures), "seeds": list(spec.seeds),
+            "methods": list(spec.methods), "dataset": spec.data.name, "data_digest": dataset.digest[:16],
+        },
+        tags={"bayesflow.role": "parent", "bayesflow.workflow": spec.name,
+              "bayesflow.plan_key": the_plan.key, **_process_tags()},
+    )
+    tracker.log_text(parent_id, loaded.to_yaml(), "spec/resolved.yaml")
+    report_dir = report_folder(spec.report.output_dir, spec.name, parent_id)
+    cache = Cache(spec.execution.cache_dir)
+    tracking = TrackingHook(tracker, loaded, the_plan, cache, parent_id, experiment)
+    runner = StageRunner(loaded, dataset, report_dir, {"run_id": parent_id, "tracking_uri": tracker.uri})
+    going = spec.execution.keep_going if keep_going is None else keep_going
+    try:
+        outcome = execute(the_plan, runner, cache, [tracking, *hooks], keep_going=going, force=force)
+    except KeyboardInterrupt:
+        tracker.end_run(parent_id, "KILLED")
+        raise
+    except BaseException:
+        tracker.end_run(parent_id, "FAILED")
+        raise
+    if not tracking._published:
+        tracking.publish_stages()
+    tracker.log_metrics(parent_id, {
+        "stages_failed": float(len(outcome.failed)),
+        "stages_cached": float(sum(s == "cached" for s in outcome.status.values())),
+        "wall_seconds": time.perf_counter() - began,
+    })
+    tracker.end_run(parent_id, "FINISHED" if outcome.ok else "FAILED")
+    return RunResult(
+        parent_id, tracker.uri, experiment, outcome, report_dir,
+        time.perf_counter() - began, dict(tracking.runs),
+    )
+
+
+def _process_tags() -> dict[str, str]:
+    import os
+    import socket
+
+    return {"bayesflow.pid": str(os.getpid()), "bayesflow.host": socket.gethostname()}
+
+
+def results(
+    run_id: str | None = None,
+    *,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    tracker: Any = None,
+) -> Any:
+    """One row per fit of a ``bayesflow run`` as a pandas DataFrame.
+
+    Columns: ``method``, ``engine``, ``temperature``, ``seed``, ``status``, every metric
+    (``test_nll``, ``test_accuracy``, ``test_ece``, ``test_brier``, ``fit_seconds``,
+    ``steps``, ...), ``run_id`` and ``run_name``.
+
+    Args:
+        run_id: the parent run of a ``bayesflow run``; None takes the latest parent run
+            of ``experiment``.
+        tracking_uri: the MLflow store (default ``sqlite:///mlflow.db`` in the cwd).
+        experiment: the experiment (workflow name), needed when ``run_id`` is None.
+        tracker: a tracker to read from instead (tests).
+    """
+    import json
+    import tempfile
+
+    from bayesflow.hooks import STAGES_ARTIFACT
+    from bayesflow.tracking import MlflowTracker, resolve_tracking_uri, results_frame
+
+    if tracker is None:
+        uri = resolve_tracking_uri(tracking_uri or "sqlite:///mlflow.db", Path.cwd())
+        tracker = MlflowTracker(uri)
+    if run_id is None:
+        if experiment is None:
+            raise TrackingError("results(): pass run_id, or experiment= to take its latest run")
+        parents = tracker.search_runs(experiment, tags={"bayesflow.role": "parent"})
+        if not parents:
+            raise TrackingError(f"results(): experiment {experiment!r} has no bayesflow runs")
+        run_id = max(parents, key=lambda record: record.start_time or 0).run_id
+    with tempfile.TemporaryDirectory() as folder:
+        path = tracker.download_artifact(run_id, STAGES_ARTIFACT, folder)
+        stages = json.loads(Path(path).read_text())
+    run_ids = [item["run_id"] for item in stages.values() if item.get("run_id")]
+    return results_frame(tracker, run_ids)

@@ -1,0 +1,141 @@
+"""Run a plan's stages in order, reusing the cache and calling hooks around each stage.
+
+The executor knows no algorithm: it is given a ``run_stage(stage, inputs, staging)``
+function that computes one stage into a staging folder and returns its small values.
+Side effects such as tracking live in hooks (Kedro's pattern), not in stages.
+
+With ``keep_going`` a failed stage fails only itself and the stages that need its
+outputs; independent stages still run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from bayesflow.dag.cache import Cache, Entry
+from bayesflow.dag.plan import Plan, Stage
+
+__all__ = ["Hook", "Outcome", "RunStage", "execute", "stage_status"]
+
+RunStage = Callable[[Stage, dict[str, Entry], Path], dict[str, Any]]
+
+
+class Hook(Protocol):
+    """Called around stages; every method is optional to implement meaningfully."""
+
+    def before_stage(self, stage: Stage) -> None: ...
+
+    def after_stage(self, stage: Stage, entry: Entry, cached: bool) -> None: ...
+
+    def on_failure(self, stage: Stage, error: BaseException, detail: str) -> None: ...
+
+    def on_interrupt(self, stage: Stage | None) -> None: ...
+
+
+@dataclass
+class Outcome:
+    """What happened to every stage of one execution."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    status: dict[str, str] = field(default_factory=dict)  # ran | cached | failed | skipped
+    errors: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[str]:
+        """Names of stages that failed."""
+        return [name for name, status in self.status.items() if status == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        """Whether no stage failed or was skipped."""
+        return all(status in ("ran", "cached") for status in self.status.values())
+
+
+def _forced(stage: Stage, force: Sequence[str] | bool) -> bool:
+    if isinstance(force, bool):
+        return force
+    return any(fnmatch.fnmatch(stage.name, pattern) for pattern in force)
+
+
+def stage_status(stage: Stage, cache: Cache, force: Sequence[str] | bool = False) -> str:
+    """``cached`` when a finished output will be reused, else ``new`` (or ``forced``)."""
+    if not stage.cacheable:
+        return "always"
+    if cache.get(stage.key) is None:
+        return "new"
+    return "forced" if _forced(stage, force) else "cached"
+
+
+def execute(
+    plan: Plan,
+    run_stage: RunStage,
+    cache: Cache,
+    hooks: Sequence[Hook] = (),
+    *,
+    keep_going: bool = True,
+    force: Sequence[str] | bool = False,
+) -> Outcome:
+    """Execute ``plan``; return the outcome of every stage.
+
+    Raises:
+        KeyboardInterrupt: after hooks were told, so running stages end marked killed.
+    """
+    outcome = Outcome()
+    cache.clean_staging()
+    current: Stage | None = None
+    try:
+        for stage in plan.order():
+            current = stage
+            blocked = [name for name in stage.inputs if outcome.status.get(name) not in ("ran", "cached")]
+            if blocked or (outcome.failed and not keep_going):
+                outcome.status[stage.name] = "skipped"
+                outcome.errors[stage.name] = f"needs {', '.join(blocked)}" if blocked else "an earlier stage failed"
+                continue
+            entry = cache.get(stage.key) if stage.cacheable and not _forced(stage, force) else None
+            if entry is not None:
+                outcome.entries[stage.name], outcome.status[stage.name] = entry, "cached"
+                for hook in hooks:
+                    hook.after_stage(stage, entry, cached=True)
+                continue
+            _run_one(stage, run_stage, cache, hooks, outcome)
+        current = None
+    except KeyboardInterrupt:
+        for hook in hooks:
+            hook.on_interrupt(current)
+        raise
+    return outcome
+
+
+def _run_one(
+    stage: Stage, run_stage: RunStage, cache: Cache, hooks: Sequence[Hook], outcome: Outcome
+) -> None:
+    for hook in hooks:
+        hook.before_stage(stage)
+    staging = cache.staging(stage.key)
+    inputs = {name: outcome.entries[name] for name in stage.inputs}
+    start = time.perf_counter()
+    try:
+        values = run_stage(stage, inputs, staging)
+        entry = cache.commit(stage.key, staging, values)
+    except KeyboardInterrupt:
+        cache.discard(staging)
+        raise
+    except Exception as error:  # a failed stage must not stop independent ones
+        cache.discard(staging)
+        outcome.status[stage.name] = "failed"
+        outcome.errors[stage.name] = str(error) or type(error).__name__
+        detail = traceback.format_exc()
+        for hook in hooks:
+            hook.on_failure(stage, error, detail)
+        return
+    outcome.seconds[stage.name] = time.perf_counter() - start
+    outcome.entries[stage.name], outcome.status[stage.name] = entry, "ran"
+    for hook in hooks:
+        hook.after_stage(stage, entry, cached=False)

@@ -1,0 +1,185 @@
+"""Plan a workflow spec into a DAG of stages with content-hash keys.
+
+The plan is data: stages have names, kinds, the stages they depend on and a key, a hash
+of everything that determines their result (the canonical resolved config, the data's
+digest, the keys of their inputs and the versions that change results). It can be
+printed and hashed before anything runs.
+
+Temperature-free stages are planned once: under the ``posterior`` convention the mode of
+``p(θ|D)^(1/T)`` does not move with T, so a ``map``/``mle`` fit is planned once per seed
+(logged with temperature 0, the T → 0 end of the grid) and shared by every Laplace
+temperature that starts ``from`` it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from graphlib import TopologicalSorter
+from typing import Any
+
+from bayesflow.spec.models import WorkflowSpec
+
+__all__ = ["Plan", "Stage", "plan_workflow", "OPTIMIZERS", "format_temperature"]
+
+OPTIMIZERS = frozenset({"map", "mle"})
+# Bumped when a change to bayesflow changes results, so cached stages are recomputed.
+RESULTS_VERSION = "1"
+
+
+def _hash(payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def format_temperature(temperature: float | None) -> str:
+    """A short, stable label of a temperature for stage names."""
+    return "shared" if temperature is None else f"{temperature:g}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One unit of work in the plan.
+
+    Attributes:
+        name: unique and readable, e.g. ``fit/laplace/T=0.01/seed=0``.
+        kind: ``fit``, ``evaluate``, ``plot`` or ``report``.
+        inputs: names of the stages whose outputs this one reads.
+        key: content hash of everything that determines the result.
+        method, engine, temperature, seed: the sweep coordinates (fit and evaluate);
+            ``temperature`` is None for a fit shared by every temperature.
+        config: the canonical config that went into the key.
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    key: str
+    method: str | None = None
+    engine: str | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def cacheable(self) -> bool:
+        """Whether finished outputs of this stage are reused by later runs."""
+        return self.kind in ("fit", "evaluate")
+
+
+@dataclass
+class Plan:
+    """The stages of one workflow in a valid execution order."""
+
+    workflow: str
+    stages: dict[str, Stage]
+
+    def order(self) -> list[Stage]:
+        """Stages in a topological order (inputs first), stable for equal specs."""
+        graph = {name: stage.inputs for name, stage in self.stages.items()}
+        sorter = TopologicalSorter(graph)
+        return [self.stages[name] for name in sorter.static_order()]
+
+    def of_kind(self, kind: str) -> list[Stage]:
+        """The stages of one kind, in plan order."""
+        return [stage for stage in self.order() if stage.kind == kind]
+
+    @property
+    def key(self) -> str:
+        """A hash of the whole plan."""
+        return _hash(sorted(stage.key for stage in self.stages.values()))
+
+    def counts(self) -> dict[str, int]:
+        """Number of stages of each kind."""
+        counts: dict[str, int] = {}
+        for stage in self.stages.values():
+            counts[stage.kind] = counts.get(stage.kind, 0) + 1
+        return counts
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"bayesflow_results": RESULTS_VERSION}
+    for package in ("torch", "torchopt"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "missing"
+    return out
+
+
+def _shares_temperature(spec: WorkflowSpec, method: str) -> bool:
+    """Whether a method's fit is the same at every temperature."""
+    engine = spec.methods[method].engine
+    if engine == "mle":
+        return True
+    return engine == "map" and spec.temperature_convention == "posterior"
+
+
+def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
+    """Plan ``spec`` into stages.
+
+    Args:
+        spec: the validated workflow.
+        data_digest: the digest of the loaded data (part of every fit key).
+    """
+    base = {
+        "data": data_digest,
+        "model": spec.model.model_dump(mode="json"),
+        "likelihood": spec.likelihood.model_dump(mode="json"),
+        "prior": spec.prior.model_dump(mode="json"),
+        "convention": spec.temperature_convention,
+        "device": spec.execution.device,
+        "versions": _versions(),
+    }
+    stages: dict[str, Stage] = {}
+
+    def fit_stage(method: str, temperature: float | None, seed: int) -> Stage:
+        config = spec.methods[method]
+        name = f"fit/{method}/T={format_temperature(temperature)}/seed={seed}"
+        if name in stages:
+            return stages[name]
+        inputs: tuple[str, ...] = ()
+        source_keys: list[str] = []
+        if config.from_ is not None:
+            source_temperature = None if _shares_temperature(spec, config.from_) else temperature
+            source = fit_stage(config.from_, source_temperature, seed)
+            inputs, source_keys = (source.name,), [source.key]
+        payload = {
+            **base,
+            "method": config.model_dump(mode="json", by_alias=True),
+            "temperature": temperature,
+            "seed": seed,
+            "inputs": source_keys,
+        }
+        stage = Stage(name, "fit", inputs, _hash(payload), method, config.engine, temperature, seed, payload)
+        stages[name] = stage
+        return stage
+
+    evaluate_config = spec.evaluate.model_dump(mode="json")
+    for method in spec.methods:
+        shared = _shares_temperature(spec, method)
+        temperatures: list[float | None] = [None] if shared else list(spec.temperatures)
+        for temperature in temperatures:
+            for seed in spec.seeds:
+                fit = fit_stage(method, temperature, seed)
+                payload = {"fit": fit.key, "evaluate": evaluate_config}
+                name = fit.name.replace("fit/", "evaluate/", 1)
+                stages[name] = Stage(
+                    name, "evaluate", (fit.name,), _hash(payload), method, fit.engine,
+                    temperature, seed, payload,
+                )
+    evaluations = tuple(s.name for s in stages.values() if s.kind == "evaluate")
+    plot_names = []
+    for plot in spec.plots:
+        name = f"plot/{plot}"
+        stages[name] = Stage(name, "plot", evaluations, _hash([plot, evaluations]), config={"plot": plot})
+        plot_names.append(name)
+    if spec.report.enabled:
+        payload = {"report": spec.report.model_dump(mode="json"), "inputs": evaluations}
+        stages["report"] = Stage(
+            "report", "report", (*evaluations, *plot_names), _hash(payload), config=payload
+        )
+    return Plan(spec.name, stages)

@@ -1,0 +1,83 @@
+"""The exceptions bayesflow raises.
+
+Every error the tool raises on purpose derives from :class:`BayesflowError`, so a caller
+can catch one class. The tree::
+
+    BayesflowError
+    ├── SpecError                 the workflow spec is invalid (exit code 3)
+    ├── RegistryError             a name is not in a registry (wrapped into SpecError when
+    │                             it comes from a spec)
+    ├── MissingDependencyError    an optional extra is not installed
+    ├── StageError                a stage failed while running (exit code 1)
+    │   └── DivergenceError       a fit produced NaN or inf
+    └── TrackingError             the tracking store could not be read or written
+
+A message says what went wrong, where, what was expected and found, and what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BayesflowError",
+    "DivergenceError",
+    "MissingDependencyError",
+    "RegistryError",
+    "SpecError",
+    "StageError",
+    "TrackingError",
+]
+
+
+class BayesflowError(Exception):
+    """Base class of every error bayesflow raises on purpose."""
+
+    exit_code = 1
+
+
+class SpecError(BayesflowError):
+    """The workflow spec cannot be loaded or is invalid.
+
+    Args:
+        problems: one line per problem, each naming its location and fix.
+        path: the spec file, when there is one.
+    """
+
+    exit_code = 3
+
+    def __init__(self, problems: list[str] | str, path: str | None = None) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.path = path
+        count = len(self.problems)
+        head = f"{path}: " if path else ""
+        noun = "problem" if count == 1 else "problems"
+        body = "\n".join(f"  - {problem}" for problem in self.problems)
+        super().__init__(f"{head}invalid workflow spec ({count} {noun}):\n{body}")
+
+
+class RegistryError(BayesflowError, KeyError):
+    """A name was looked up in a registry that does not hold it."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class MissingDependencyError(BayesflowError, ImportError):
+    """An optional dependency is needed; the message names the install command."""
+
+
+class StageError(BayesflowError):
+    """A stage of the plan failed."""
+
+    exit_code = 1
+
+
+class DivergenceError(StageError):
+    """A fit produced a non-finite loss or parameters."""
+
+
+class TrackingError(BayesflowError):
+    """The tracking store could not be read or written."""

@@ -1,0 +1,88 @@
+"""Turn a torch module, a likelihood and a prior into a flat-parameter :class:`Problem`.
+
+Engines see the model only through ``forward(params, inputs)`` on a flat vector, built
+with ``torch.func.functional_call``; this keeps every engine's state one tensor (or a
+batch of them for parallel chains) and makes ``vmap`` over chains straightforward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from bayesflow.engines.base import Problem
+from bayesflow.likelihoods import Likelihood
+from bayesflow.priors import Prior
+
+__all__ = ["build_problem", "flatten_module"]
+
+
+def flatten_module(module: nn.Module) -> tuple[Tensor, tuple[str, ...], tuple[tuple[int, ...], ...]]:
+    """Return a module's parameters as one flat vector, their names and shapes."""
+    names, shapes, pieces = [], [], []
+    for name, param in module.named_parameters():
+        names.append(name)
+        shapes.append(tuple(param.shape))
+        pieces.append(param.detach().reshape(-1))
+    return torch.cat(pieces), tuple(names), tuple(shapes)
+
+
+def build_problem(
+    module: nn.Module,
+    likelihood: Likelihood,
+    prior: Prior,
+    num_data: int,
+    device: torch.device | str = "cpu",
+) -> Problem:
+    """Build the flat-parameter view of ``module`` under ``likelihood`` and ``prior``.
+
+    Args:
+        module: the network; its parameters' current values are not used, only its
+            structure and its initialisation (``init_params`` re-initialises a copy).
+        likelihood: the observation model.
+        prior: the prior over every parameter.
+        num_data: N, the number of training points.
+        device: where parameters and data live.
+    """
+    device = torch.device(device)
+    module = module.to(device)
+    flat, names, shapes = flatten_module(module)
+    sizes = [int(torch.Size(shape).numel()) for shape in shapes]
+
+    def unflatten(params: Tensor) -> dict[str, Tensor]:
+        return {
+            name: piece.reshape(shape)
+            for name, piece, shape in zip(names, params.split(sizes), shapes)
+        }
+
+    def forward(params: Tensor, inputs: Tensor) -> Tensor:
+        return functional_call(module, unflatten(params), (inputs,))
+
+    def init_params(generator: torch.Generator) -> Tensor:
+        # Re-run the module's own initialisation under the given generator's seed so that
+        # the same seed gives the same starting point on every device.
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for child in module.modules():
+                reset = getattr(child, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+            values, _, _ = flatten_module(module)
+        return values.clone()
+
+    return Problem(
+        forward=forward,
+        log_likelihood=likelihood.log_prob,
+        output_hessian=likelihood.output_hessian,
+        log_prior=prior.log_prob,
+        prior_precision=prior.precision(flat.numel(), flat.dtype).to(device),
+        num_data=num_data,
+        dimension=int(flat.numel()),
+        param_names=names,
+        param_shapes=shapes,
+        init_params=init_params,
+        likelihood=likelihood.name,
+        device=device,
+    )

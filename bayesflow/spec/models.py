@@ -1,0 +1,278 @@
+"""Pydantic models of a workflow spec (torch-free).
+
+A spec declares the data, model, likelihood, prior, a grid of temperatures and seeds, the
+inference methods and what to evaluate, plot, report, track and how to execute. Every
+model forbids unknown keys. Building blocks are discriminated by ``name`` (methods by
+``engine``), so each has its own fields, defaults and descriptions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from bayesflow.spec.methods import LaplaceSpec, MethodSpec, OptimizeSpec, Strict
+
+__all__ = [
+    "DataSpec",
+    "EvaluateSpec",
+    "ExecutionSpec",
+    "LikelihoodSpec",
+    "ModelSpec",
+    "PriorSpec",
+    "ReportSpec",
+    "TrackingSpec",
+    "WorkflowSpec",
+    "PLOTS",
+]
+
+# ----------------------------------------------------------------------------- data
+
+
+class SklearnDigitsSpec(Strict):
+    """scikit-learn's 8×8 digits (1,797 images, 10 classes), shipped with scikit-learn."""
+
+    name: Literal["sklearn_digits"]
+    test_fraction: float = Field(0.5, gt=0, lt=1, description="Share of points held out for testing.")
+    split_seed: int = Field(0, description="Seed of the stratified train/test split.")
+    standardize: bool = Field(True, description="Scale pixel values to [0, 1].")
+
+
+class CsvSpec(Strict):
+    """A CSV file with a header row: numeric feature columns and one target column."""
+
+    name: Literal["csv"]
+    path: str = Field(
+        description="Path of the CSV file (relative to the spec file), or `package:NAME` "
+        "for a file shipped with bayesflow (e.g. `package:pima_indians_diabetes.csv`)."
+    )
+    target: str = Field(description="Name of the target column.")
+    test_fraction: float = Field(0.25, gt=0, lt=1, description="Share of rows held out for testing.")
+    split_seed: int = Field(0, description="Seed of the train/test split.")
+    standardize: bool = Field(True, description="Standardise features with training statistics.")
+
+
+DataSpec = Annotated[Union[SklearnDigitsSpec, CsvSpec], Field(discriminator="name")]
+
+# ---------------------------------------------------------------------------- model
+
+
+class MLPSpec(Strict):
+    """A multi-layer perceptron."""
+
+    name: Literal["mlp"]
+    hidden: list[PositiveInt] = Field([64], description="Widths of the hidden layers.")
+    activation: Literal["relu", "tanh", "gelu"] = Field("relu", description="Hidden activation.")
+
+
+class LinearSpec(Strict):
+    """A linear map from features to outputs (linear regression with `gaussian`)."""
+
+    name: Literal["linear"]
+    bias: bool = Field(True, description="Include an intercept.")
+
+
+class LogisticSpec(Strict):
+    """Logistic regression: one linear output read as a logit (use with `bernoulli`)."""
+
+    name: Literal["logistic"]
+    bias: bool = Field(True, description="Include an intercept.")
+
+
+ModelSpec = Annotated[Union[MLPSpec, LinearSpec, LogisticSpec], Field(discriminator="name")]
+
+# ------------------------------------------------------------------------ likelihood
+
+
+class CategoricalSpec(Strict):
+    """Softmax categorical likelihood over the model's outputs (logits)."""
+
+    name: Literal["categorical"]
+
+
+class BernoulliSpec(Strict):
+    """Bernoulli likelihood with the model's single output as logit."""
+
+    name: Literal["bernoulli"]
+
+
+class GaussianSpec(Strict):
+    """Gaussian likelihood with the model's output as mean and a fixed noise sd."""
+
+    name: Literal["gaussian"]
+    noise_sd: PositiveFloat = Field(1.0, description="Standard deviation of the observation noise.")
+
+
+LikelihoodSpec = Annotated[
+    Union[CategoricalSpec, BernoulliSpec, GaussianSpec], Field(discriminator="name")
+]
+
+# ----------------------------------------------------------------------------- prior
+
+
+class DiagNormalSpec(Strict):
+    """Isotropic normal prior N(0, variance·I) on every parameter."""
+
+    name: Literal["diag_normal"]
+    variance: PositiveFloat = Field(1.0, description="Prior variance of every parameter.")
+
+
+class NoPriorSpec(Strict):
+    """No prior (a flat prior): the log prior is zero."""
+
+    name: Literal["none"]
+
+
+PriorSpec = Annotated[Union[DiagNormalSpec, NoPriorSpec], Field(discriminator="name")]
+
+# ------------------------------------------------------------------- the rest
+
+PLOTS: tuple[str, ...] = (
+    "nll_vs_temperature",
+    "accuracy_vs_temperature",
+    "ece_vs_temperature",
+    "brier_vs_temperature",
+)
+
+
+class EvaluateSpec(Strict):
+    """How fitted posteriors are evaluated on the test set."""
+
+    n_samples: PositiveInt = Field(
+        50, description="Posterior samples drawn for the predictive (50 in the posteriors paper)."
+    )
+    ece_bins: PositiveInt = Field(10, description="Equal-width confidence bins of the ECE.")
+
+
+class ReportSpec(Strict):
+    """The notebook report rendered after the fits."""
+
+    enabled: bool = Field(True, description="Render the report.")
+    template: str = Field(
+        "cold_posterior", description="Notebook template under `templates/` (without extension)."
+    )
+    output_dir: str = Field("reports", description="Folder of generated reports.")
+
+
+class TrackingSpec(Strict):
+    """Where runs are tracked."""
+
+    uri: str = Field(
+        "sqlite:///mlflow.db",
+        description="MLflow tracking URI; a relative SQLite path is taken from the "
+        "working directory.",
+    )
+    experiment: str | None = Field(None, description="MLflow experiment; defaults to the workflow name.")
+
+
+class ExecutionSpec(Strict):
+    """How stages are executed."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field("cpu", description="Torch device of the fits.")
+    executor: Literal["local"] = Field("local", description="Stage executor.")
+    cache_dir: str = Field(
+        ".bayesflow/cache", description="Folder of finished stage outputs (reused by reruns)."
+    )
+    keep_going: bool = Field(
+        True, description="Keep running independent stages after a stage fails."
+    )
+
+
+class WorkflowSpec(Strict):
+    """A bayesflow workflow."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Workflow name: letters, digits, `_`, `-`, `.`; names the MLflow experiment.",
+    )
+    description: str = Field("", description="What the workflow studies and why.")
+    data: DataSpec = Field(description="Training and test data.")
+    model: ModelSpec = Field(description="The network.")
+    likelihood: LikelihoodSpec = Field(description="The observation model p(y | x, θ).")
+    prior: PriorSpec = Field(description="The prior p(θ).")
+    temperature_convention: Literal["posterior", "likelihood"] = Field(
+        "posterior",
+        description="`posterior`: p(θ|D)^(1/T), likelihood and prior tempered (Wenzel et al., "
+        "2020); `likelihood`: only the likelihood is tempered.",
+    )
+    temperatures: list[NonNegativeFloat] = Field(
+        min_length=1, description="Grid of posterior temperatures T (T = 1 is Bayes, T → 0 is MAP)."
+    )
+    seeds: list[int] = Field([0], min_length=1, description="Random seeds; every cell runs once per seed.")
+    methods: dict[str, MethodSpec] = Field(
+        min_length=1, description="Inference methods by a name of your choice."
+    )
+    evaluate: EvaluateSpec = Field(default_factory=EvaluateSpec, description="Evaluation.")
+    plots: list[Literal[PLOTS]] = Field(  # type: ignore[valid-type]
+        list(PLOTS[:2]), description="Figures drawn in the report."
+    )
+    report: ReportSpec = Field(default_factory=ReportSpec, description="The notebook report.")
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="MLflow tracking.")
+    execution: ExecutionSpec = Field(default_factory=ExecutionSpec, description="Execution.")
+
+    @field_validator("seeds")
+    @classmethod
+    def _unique_seeds(cls, seeds: list[int]) -> list[int]:
+        duplicates = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+        if duplicates:
+            raise ValueError(f"seeds must be unique; repeated: {duplicates}")
+        return seeds
+
+    @field_validator("temperatures")
+    @classmethod
+    def _unique_temperatures(cls, temperatures: list[float]) -> list[float]:
+        duplicates = sorted({t for t in temperatures if temperatures.count(t) > 1})
+        if duplicates:
+            raise ValueError(f"temperatures must be unique; repeated: {duplicates}")
+        return temperatures
+
+    @model_validator(mode="after")
+    def _check_methods(self) -> WorkflowSpec:
+        problems: list[str] = []
+        for name, method in self.methods.items():
+            source = method.from_
+            if source is not None and source not in self.methods:
+                problems.append(
+                    f"methods.{name}.from names {source!r}, which is not a method "
+                    f"(methods: {', '.join(self.methods)})"
+                )
+            if isinstance(method, LaplaceSpec):
+                if source is None:
+                    problems.append(
+                        f"methods.{name}: a Laplace method needs `from: <a map or mle method>`"
+                    )
+                elif source in self.methods and not isinstance(self.methods[source], OptimizeSpec):
+                    problems.append(
+                        f"methods.{name}.from must name a map or mle method, "
+                        f"got {source!r} (engine {self.methods[source].engine})"
+                    )
+        problems.extend(_cycles(self.methods))
+        if self.likelihood.name == "bernoulli" and self.model.name == "mlp":
+            pass  # an MLP with one output is fine; the output size is set from the likelihood
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def _cycles(methods: dict[str, Any]) -> list[str]:
+    """Return a message for each `from:` chain that loops back on itself."""
+    problems = []
+    for start in methods:
+        seen = [start]
+        current = methods[start].from_
+        while current is not None and current in methods:
+            if current in seen:
+                loop = " -> ".join([*seen[seen.index(current):], current])
+                problems.append(f"methods: `from` forms a cycle: {loop}")
+                break
+            seen.append(current)
+            current = methods[current].from_
+    return sorted(set(problems))

@@ -1,0 +1,66 @@
+"""The one place where the user's temperature becomes what an engine uses.
+
+The user-facing temperature ``T`` is the one of Wenzel et al. (2020): the target is
+``p(θ | D)^(1/T) ∝ exp(−U(θ)/T)`` with ``U(θ) = −Σᵢ log p(yᵢ|xᵢ,θ) − log p(θ)``, so the
+likelihood **and** the prior are tempered; ``T = 1`` is Bayes and ``T → 0`` is MAP.
+With ``convention="likelihood"`` only the likelihood is tempered, as laplace-torch does:
+``exp(Σᵢ log p(yᵢ|xᵢ,θ)/T + log p(θ))``.
+
+Engines work with the per-datum normalised log posterior of the posteriors library
+(Duffield et al., 2025)::
+
+    f(θ; batch) = mean_{i ∈ batch} log p(yᵢ|xᵢ,θ) + c · log p(θ) / N,   𝒯 = T / N
+
+whose tempered density ``exp(N f / T) = exp(f / 𝒯)`` is the target above, with ``c = 1``
+for the posterior convention and ``c = T`` for the likelihood convention. A Gaussian
+approximation with per-datum precision ``P`` therefore has covariance ``𝒯 P⁻¹``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Convention", "Tempering", "CONVENTIONS"]
+
+Convention = Literal["posterior", "likelihood"]
+CONVENTIONS: tuple[str, ...] = ("posterior", "likelihood")
+
+
+@dataclass(frozen=True)
+class Tempering:
+    """A user temperature, the data size and the convention, converted for engines.
+
+    Args:
+        temperature: the user-facing ``T ≥ 0``.
+        num_data: ``N``, the number of training points.
+        convention: ``"posterior"`` (likelihood and prior tempered) or ``"likelihood"``.
+    """
+
+    temperature: float
+    num_data: int
+    convention: Convention = "posterior"
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.num_data <= 0:
+            raise ValueError(f"num_data must be > 0, got {self.num_data}")
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}, got {self.convention!r}")
+
+    @property
+    def per_datum(self) -> float:
+        """𝒯 = T / N, the temperature of the per-datum normalised log posterior."""
+        return self.temperature / self.num_data
+
+    @property
+    def prior_weight(self) -> float:
+        """c, the weight of ``log p(θ) / N`` inside the per-datum log posterior."""
+        return 1.0 if self.convention == "posterior" else self.temperature
+
+    @property
+    def mode_depends_on_temperature(self) -> bool:
+        """Whether the mode of the tempered target moves with T (it does not when the
+        whole posterior is tempered), so whether a MAP fit can be shared across T."""
+        return self.convention == "likelihood"
