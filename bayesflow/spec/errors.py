@@ -18,7 +18,7 @@ from bayesflow.registry import closest
 from bayesflow.spec.locations import Location
 from bayesflow.spec.models import WorkflowSpec
 
-__all__ = ["format_validation_error", "allowed_keys"]
+__all__ = ["allowed_keys", "format_cross_problems", "format_validation_error"]
 
 
 def _spec_path(loc: tuple[Any, ...], data: Any) -> tuple[str, ...]:
@@ -154,6 +154,18 @@ def format_validation_error(
         key = ".".join(path) or "(top level)"
         problems.append(f"{where}: {key}: {_describe(error, path, data)}")
     return problems
+
+
+def format_cross_problems(
+    problems: list[tuple[tuple[str, ...], str]],
+    locations: dict[tuple[str, ...], Location],
+    source: str,
+) -> list[str]:
+    """Format cross-field problems like validation errors: location, key path, message."""
+    return [
+        f"{_nearest(path, locations) or Location(source)}: {'.'.join(path)}: {message}"
+        for path, message in problems
+    ]
 
 
 def _nearest(path: tuple[str, ...], locations: dict[tuple[str, ...], Location]) -> Location | None:

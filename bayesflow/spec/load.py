@@ -16,9 +16,9 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 
 from bayesflow.errors import SpecError
-from bayesflow.spec.errors import format_validation_error
+from bayesflow.spec.errors import format_cross_problems, format_validation_error
 from bayesflow.spec.locations import Located, Location, YamlProblem, parse_yaml
-from bayesflow.spec.models import WorkflowSpec
+from bayesflow.spec.models import WorkflowSpec, cross_check
 from bayesflow.spec.overrides import apply_overrides
 
 __all__ = ["LoadedSpec", "load_spec", "MAX_SPEC_BYTES"]
@@ -167,8 +167,12 @@ def load_spec(
         raise SpecError(f"{name}: {exc}", name) from None
     apply_overrides(config, overrides, located.locations, name)
     resolved = _resolve(config, located, name)
+    problems = []
     try:
         spec = WorkflowSpec.model_validate(resolved)
     except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, resolved, located.locations, name), name) from None
+        problems = format_validation_error(exc, resolved, located.locations, name)
+    problems += format_cross_problems(cross_check(resolved), located.locations, name)
+    if problems:
+        raise SpecError(problems, name)
     return LoadedSpec(spec, path, resolved, located.locations, overrides)

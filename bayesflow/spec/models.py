@@ -16,10 +16,9 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     field_validator,
-    model_validator,
 )
 
-from bayesflow.spec.methods import LaplaceSpec, MethodSpec, OptimizeSpec, Strict
+from bayesflow.spec.methods import MethodSpec, Strict
 
 __all__ = [
     "DataSpec",
@@ -234,45 +233,58 @@ class WorkflowSpec(Strict):
             raise ValueError(f"temperatures must be unique; repeated: {duplicates}")
         return temperatures
 
-    @model_validator(mode="after")
-    def _check_methods(self) -> WorkflowSpec:
-        problems: list[str] = []
-        for name, method in self.methods.items():
-            source = method.from_
-            if source is not None and source not in self.methods:
-                problems.append(
-                    f"methods.{name}.from names {source!r}, which is not a method "
-                    f"(methods: {', '.join(self.methods)})"
-                )
-            if isinstance(method, LaplaceSpec):
-                if source is None:
-                    problems.append(
-                        f"methods.{name}: a Laplace method needs `from: <a map or mle method>`"
-                    )
-                elif source in self.methods and not isinstance(self.methods[source], OptimizeSpec):
-                    problems.append(
-                        f"methods.{name}.from must name a map or mle method, "
-                        f"got {source!r} (engine {self.methods[source].engine})"
-                    )
-        problems.extend(_cycles(self.methods))
-        if self.likelihood.name == "bernoulli" and self.model.name == "mlp":
-            pass  # an MLP with one output is fine; the output size is set from the likelihood
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+
+OPTIMIZATION_ENGINES = ("map", "mle")
+LAPLACE_ENGINES = ("laplace_diag_ggn",)
 
 
-def _cycles(methods: dict[str, Any]) -> list[str]:
-    """Return a message for each `from:` chain that loops back on itself."""
-    problems = []
+def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
+    """Problems that span several keys, found on the raw mapping: (key path, message).
+
+    Runs on the unvalidated data so that these are reported together with every
+    per-field problem, not only once the rest of the spec is valid.
+    """
+    methods = data.get("methods") if isinstance(data, dict) else None
+    if not isinstance(methods, dict):
+        return []
+    problems: list[tuple[tuple[str, ...], str]] = []
+    for name, method in methods.items():
+        if not isinstance(method, dict):
+            continue
+        source, engine = method.get("from"), method.get("engine")
+        if source is not None and source not in methods:
+            problems.append((("methods", name, "from"),
+                f"names {source!r}, which is not a method (methods: {', '.join(methods)})"))
+        if engine in LAPLACE_ENGINES:
+            if source is None:
+                problems.append((("methods", name),
+                    "a Laplace method needs `from: <a map or mle method>`; add it"))
+            elif isinstance(methods.get(source), dict) and methods[source].get("engine") not in OPTIMIZATION_ENGINES:
+                problems.append((("methods", name, "from"),
+                    f"must name a map or mle method, got {source!r} "
+                    f"(engine {methods[source].get('engine')})"))
+    problems.extend(_cycles(methods))
+    return problems
+
+
+def _cycles(methods: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """A problem for each `from:` chain that loops back on itself (reported once)."""
+    loops: dict[frozenset[str], tuple[tuple[str, ...], str]] = {}
     for start in methods:
         seen = [start]
-        current = methods[start].from_
+        current = _source(methods, start)
         while current is not None and current in methods:
             if current in seen:
-                loop = " -> ".join([*seen[seen.index(current):], current])
-                problems.append(f"methods: `from` forms a cycle: {loop}")
+                cycle = seen[seen.index(current):]
+                if frozenset(cycle) not in loops:
+                    loop = " -> ".join([*cycle, current])
+                    loops[frozenset(cycle)] = (("methods", cycle[0], "from"), f"`from` forms a cycle: {loop}")
                 break
             seen.append(current)
-            current = methods[current].from_
-    return sorted(set(problems))
+            current = _source(methods, current)
+    return list(loops.values())
+
+
+def _source(methods: dict[str, Any], name: str) -> Any:
+    method = methods.get(name)
+    return method.get("from") if isinstance(method, dict) else None

@@ -46,6 +46,19 @@ def _missing_part(config: DictConfig, key: str) -> tuple[str, list[str]] | None:
     return None
 
 
+def _schema_keys(config: DictConfig, dotted: str) -> list[str]:
+    """Keys the spec's models accept in the mapping that holds ``dotted``."""
+    from bayesflow.spec.errors import allowed_keys
+
+    data = OmegaConf.to_container(config, resolve=False)
+    return allowed_keys(tuple(dotted.split(".")[:-1]), data)
+
+
+def _in_schema(config: DictConfig, key: str) -> bool:
+    """Whether ``key`` is a field the spec accepts though the file leaves it at its default."""
+    return key.split(".")[-1] in _schema_keys(config, key)
+
+
 def apply_overrides(
     config: DictConfig,
     overrides: list[str],
@@ -61,8 +74,9 @@ def apply_overrides(
             problems.extend(exc.problems)
             continue
         missing = _missing_part(config, key)
-        if missing is not None and not adding:
+        if missing is not None and not adding and not _in_schema(config, key):
             part, options = missing
+            options = sorted(set(options) | set(_schema_keys(config, part)))
             hint = closest(part.split(".")[-1], options)
             suggestion = f"; did you mean `{part.rsplit('.', 1)[0] + '.' if '.' in part else ''}{hint}`?" if hint else ""
             problems.append(
