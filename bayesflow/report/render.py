@@ -1,0 +1,362 @@
+"""Render a report template into an executed notebook and one self-contained HTML file.
+
+A template is a jupytext "percent" ``.py`` file (reviewable as text, diffable in a pull
+request) whose parameters cell is tagged ``parameters``::
+
+    # %% tags=["parameters"]
+    run_id = ""
+
+Rendering is three steps: jupytext turns the text into a notebook, papermill injects
+the parameters and executes it, and nbconvert's ``HTMLExporter`` turns the executed
+notebook into one HTML file whose figures are embedded as ``data:image/png;base64``
+URIs. Both files are written atomically (a temporary name, then ``os.replace``), so a
+reader never sees half a report.
+
+Where templates are found (:func:`find_template`), in order:
+
+1. a path given directly (``templates/my_report.py`` or ``/abs/path/report.py``);
+2. ``./templates/<name>.py`` under the current working directory (a user's own
+   templates, next to their workflows);
+3. ``templates/<name>.py`` of the bayesflow checkout, that is
+   ``Path(bayesflow.__file__).parent.parent / "templates"``. This is the one source of
+   truth for the shipped templates; it is found when bayesflow is installed from the
+   repository in editable mode (``pip install -e .``), as the README installs it.
+
+The kernel runs the same interpreter as bayesflow (``sys.executable``): a kernelspec
+for it is written into a private temporary folder that is put first on
+``JUPYTER_PATH`` while the notebook runs, so a system-wide ``python3`` kernelspec that
+points at another interpreter (without bayesflow) is never picked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bayesflow.errors import RegistryError, StageError
+
+__all__ = [
+    "KERNEL_NAME",
+    "RenderedReport",
+    "ReportError",
+    "find_template",
+    "list_templates",
+    "render_report",
+    "template_folders",
+]
+
+KERNEL_NAME = "bayesflow-python"
+"""Name of the private kernelspec that runs ``sys.executable``."""
+
+TEMPLATE_SUFFIX = ".py"
+
+# JUPYTER_PATH is process-global: two renders in threads of one process must not undo
+# each other's setting.
+_ENVIRONMENT_LOCK = threading.Lock()
+
+
+class ReportError(StageError):
+    """A report notebook failed to execute.
+
+    Attributes:
+        notebook: the partially executed notebook, kept for reading the traceback.
+        error_name: the exception class raised in the cell, e.g. ``"KeyError"``.
+        error_value: the exception's message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        notebook: Path | None = None,
+        error_name: str | None = None,
+        error_value: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.notebook = notebook
+        self.error_name = error_name
+        self.error_value = error_value
+
+
+@dataclass(frozen=True)
+class RenderedReport:
+    """The files of one rendered report.
+
+    Attributes:
+        notebook: the executed notebook (``<name>.ipynb``).
+        html: the self-contained HTML file (``<name>.html``).
+        execute_seconds: wall time of the papermill execution (kernel start included).
+        convert_seconds: wall time of the nbconvert HTML export.
+    """
+
+    notebook: Path
+    html: Path
+    execute_seconds: float = 0.0
+    convert_seconds: float = 0.0
+
+
+def template_folders() -> list[Path]:
+    """Return the folders searched for templates by name, in search order."""
+    # bayesflow/report/render.py -> the checkout holding bayesflow/ and templates/
+    checkout = Path(__file__).resolve().parents[2] / "templates"
+    folders = [Path.cwd() / "templates", checkout]
+    unique: list[Path] = []
+    for folder in folders:
+        if folder.resolve() not in {seen.resolve() for seen in unique}:
+            unique.append(folder)
+    return unique
+
+
+def list_templates() -> list[str]:
+    """Return the names of the templates found in :func:`template_folders`, sorted."""
+    names = {
+        path.stem
+        for folder in template_folders()
+        if folder.is_dir()
+        for path in folder.glob(f"*{TEMPLATE_SUFFIX}")
+        if not path.name.startswith(("_", "."))
+    }
+    return sorted(names)
+
+
+def find_template(template: str | Path) -> Path:
+    """Resolve a template given as a path or as a name.
+
+    Args:
+        template: a path to a ``.py`` template, or a name such as ``"cold_posterior"``.
+
+    Returns:
+        The path of the template file.
+
+    Raises:
+        RegistryError: no template of that name or path exists; the message lists the
+            templates that do.
+    """
+    direct = Path(template).expanduser()
+    if direct.is_file():
+        return direct
+    name = direct.name.removesuffix(TEMPLATE_SUFFIX)
+    folders = template_folders()
+    for folder in folders:
+        candidate = folder / f"{name}{TEMPLATE_SUFFIX}"
+        if candidate.is_file():
+            return candidate
+    available = ", ".join(list_templates()) or "none"
+    searched = ", ".join(str(folder) for folder in folders)
+    raise RegistryError(
+        f"report template {str(template)!r} not found; expected a path to a jupytext "
+        f"percent .py file or one of the templates [{available}] (searched {searched})"
+    )
+
+
+def render_report(
+    template: str | Path,
+    parameters: Mapping[str, Any],
+    output_dir: Path,
+    *,
+    name: str = "report",
+    timeout: int = 600,
+    show_code: bool = False,
+) -> RenderedReport:
+    """Execute a report template with parameters and export it to HTML.
+
+    Args:
+        template: a template name (see :func:`list_templates`) or a path to one.
+        parameters: values injected after the template's ``parameters`` cell; a
+            ``Path`` is passed as its string.
+        output_dir: folder that receives ``<name>.ipynb`` and ``<name>.html``; created
+            if missing.
+        name: stem of the two output files.
+        timeout: seconds one cell may run before the render fails.
+        show_code: keep the code cells' input in the HTML (hidden by default, so the
+            report reads as a document).
+
+    Returns:
+        The paths of the executed notebook and of the HTML file, with timings.
+
+    Raises:
+        RegistryError: the template does not exist.
+        ReportError: (a :class:`~bayesflow.errors.StageError`) a cell raised, timed
+            out, or the kernel died. The partially executed notebook is kept as
+            ``<name>.failed.ipynb`` and named in the message and in the error's
+            ``notebook`` attribute.
+    """
+    template_path = find_template(template)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    notebook_path = output_dir / f"{name}.ipynb"
+    html_path = output_dir / f"{name}.html"
+    failed_path = output_dir / f"{name}.failed.ipynb"
+    # papermill writes after every cell; the temporary name keeps a previous report whole.
+    partial_path = output_dir / f".{name}.{uuid.uuid4().hex}.ipynb"
+
+    try:
+        started = time.perf_counter()
+        try:
+            notebook = _execute(template_path, parameters, partial_path, failed_path, timeout)
+        except ReportError as error:
+            if partial_path.exists():
+                os.replace(partial_path, failed_path)
+            error.notebook = failed_path if failed_path.exists() else None
+            raise
+        execute_seconds = time.perf_counter() - started
+
+        started = time.perf_counter()
+        html = _export_html(notebook, title=name, show_code=show_code)
+        convert_seconds = time.perf_counter() - started
+
+        partial_html = output_dir / f".{name}.{uuid.uuid4().hex}.html"
+        partial_html.write_text(html, encoding="utf-8")
+        os.replace(partial_path, notebook_path)
+        os.replace(partial_html, html_path)
+    finally:
+        partial_path.unlink(missing_ok=True)
+    failed_path.unlink(missing_ok=True)
+    return RenderedReport(notebook_path, html_path, execute_seconds, convert_seconds)
+
+
+def _execute(
+    template_path: Path,
+    parameters: Mapping[str, Any],
+    output_path: Path,
+    failed_path: Path,
+    timeout: int,
+) -> Any:
+    """Convert the template with jupytext and execute it with papermill.
+
+    ``failed_path`` is where the caller keeps the partial notebook on failure; the
+    messages name it.
+    """
+    import jupytext
+    import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    notebook = jupytext.read(template_path)
+    notebook.metadata["kernelspec"] = {
+        "name": KERNEL_NAME,
+        "display_name": _display_name(),
+        "language": "python",
+    }
+    values = {
+        key: str(value) if isinstance(value, Path) else value for key, value in parameters.items()
+    }
+    with tempfile.TemporaryDirectory(prefix="bayesflow-report-") as scratch:
+        input_path = Path(scratch) / f"{template_path.stem}.ipynb"
+        jupytext.write(notebook, input_path, fmt="ipynb")
+        with _private_kernel(Path(scratch)):
+            try:
+                return papermill.execute_notebook(
+                    input_path,
+                    output_path,
+                    parameters=values,
+                    kernel_name=KERNEL_NAME,
+                    language="python",
+                    progress_bar=False,
+                    execution_timeout=timeout,
+                )
+            except papermill.PapermillExecutionError as exc:
+                raise _cell_error(template_path, failed_path, exc) from exc
+            except CellTimeoutError as exc:
+                raise ReportError(
+                    f"report template {template_path}: a cell ran longer than {timeout} s; "
+                    f"partially executed notebook: {failed_path}. Pass a larger `timeout` "
+                    "or make the cell faster."
+                ) from exc
+            except DeadKernelError as exc:
+                raise ReportError(
+                    f"report template {template_path}: the kernel died ({exc}); partially "
+                    f"executed notebook: {failed_path}. It often means the notebook ran "
+                    "out of memory."
+                ) from exc
+            except RuntimeError as exc:
+                # jupyter_client raises RuntimeError when the kernel does not start.
+                raise ReportError(
+                    f"report template {template_path}: the Jupyter kernel "
+                    f"({sys.executable} -m ipykernel_launcher) did not start: {exc}. "
+                    "Check that ipykernel is installed in this environment: "
+                    f"{sys.executable} -m pip install ipykernel"
+                ) from exc
+
+
+def _cell_error(template_path: Path, failed_path: Path, exc: Any) -> ReportError:
+    """Build the error of a cell that raised, naming the exception and the notebook."""
+    return ReportError(
+        f"report template {template_path}: cell {exc.cell_index} (In [{exc.exec_count}]) "
+        f"raised {exc.ename}: {exc.evalue}\n"
+        f"  partially executed notebook: {failed_path}\n"
+        "  fix: open that notebook to read the traceback; check the parameters passed "
+        "and the results the run logged (bayesflow ui).",
+        error_name=exc.ename,
+        error_value=exc.evalue,
+    )
+
+
+@contextlib.contextmanager
+def _private_kernel(folder: Path) -> Iterator[Path]:
+    """Write a kernelspec running ``sys.executable`` and put it first on JUPYTER_PATH.
+
+    Args:
+        folder: a scratch folder; the kernelspec goes to ``kernels/<KERNEL_NAME>``.
+
+    Yields:
+        The kernelspec folder. JUPYTER_PATH is restored on exit.
+    """
+    spec_folder = folder / "kernels" / KERNEL_NAME
+    spec_folder.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": _display_name(),
+        "language": "python",
+        "metadata": {"debugger": False},
+    }
+    (spec_folder / "kernel.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
+    with _ENVIRONMENT_LOCK:
+        previous = os.environ.get("JUPYTER_PATH")
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(
+            [str(folder), *([previous] if previous else [])]
+        )
+        try:
+            yield spec_folder
+        finally:
+            if previous is None:
+                os.environ.pop("JUPYTER_PATH", None)
+            else:
+                os.environ["JUPYTER_PATH"] = previous
+
+
+def _display_name() -> str:
+    version = ".".join(str(part) for part in sys.version_info[:3])
+    return f"bayesflow (Python {version})"
+
+
+def _export_html(notebook: Any, *, title: str, show_code: bool) -> str:
+    """Export an executed notebook to one HTML string with images as data URIs."""
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="lab",
+        exclude_input=not show_code,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        # Markdown images (attachments, local files) become data URIs too; output
+        # images already are: nbconvert inlines image/png outputs as base64.
+        embed_images=True,
+    )
+    body, resources = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
+    if resources.get("outputs"):
+        # An extracting preprocessor would leave image files next to the HTML.
+        raise ReportError(
+            f"HTML export produced external files {sorted(resources['outputs'])}; "
+            "expected every image embedded in the HTML."
+        )
+    return body
