@@ -27,8 +27,10 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Declarative workflows for tempered Bayesian deep learning posteriors.",
 )
-console = Console(stderr=True)
-output = Console()
+console = Console(stderr=True, soft_wrap=True)
+output = Console(soft_wrap=True)
+# MLflow draws a progress bar for every artifact download; the summary does several.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 DEBUG = {"on": False}
 
 SPEC_ARGUMENT = typer.Argument(..., help="The workflow YAML file.", show_default=False)
@@ -137,7 +139,8 @@ class ProgressHook:
     def on_failure(self, stage: Any, error: BaseException, detail: str) -> None:
         self.progress.advance(self.task)
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        self.progress.console.print(f"  [red]failed[/] {stage.name}: {message}", highlight=False, markup=False)
+        self.progress.console.print("  [red]failed[/]", end=" ")
+        self.progress.console.print(f"{stage.name}: {message}", highlight=False, markup=False, soft_wrap=True)
         if DEBUG["on"]:
             self.progress.console.print(detail, markup=False, highlight=False)
 
