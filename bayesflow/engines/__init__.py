@@ -15,4 +15,4 @@ __all__ = ["ENGINES"]
 ENGINES: Registry[Any] = Registry("engine")
 
 # Importing the modules registers their engines.
-from bayesflow.engines import laplace, optimize, sghmc, vi  # noqa: E402,F401
+from bayesflow.engines import laplace, optimize, sghmc, vi  # noqa: F401

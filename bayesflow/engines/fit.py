@@ -1,0 +1,145 @@
+"""Drive an engine over shuffled minibatches and watch for divergence.
+
+:func:`fit` is the one loop every engine shares: ``engine.passes`` epochs, each a
+shuffled pass over the training data in minibatches of ``engine.batch_size``. It reads
+the loss back once per epoch (not once per step, which would synchronise an accelerator
+every step) and, after every epoch, checks that the loss and the state are finite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from bayesflow.engines.base import Batch, Engine, Posterior
+from bayesflow.errors import DivergenceError
+
+__all__ = ["FitResult", "fit", "minibatches"]
+
+# State fields not walked by the per-epoch check: SGHMC's kept draws are copies of
+# earlier parameters, which were checked when they were current (a NaN in θ stays NaN),
+# and re-reading all of them every epoch would cost O(samples · d) each time.
+UNCHECKED_FIELDS = frozenset({"samples"})
+
+
+class FitResult(NamedTuple):
+    """What a fit returns.
+
+    Attributes:
+        state: the engine's final state.
+        posterior: ``engine.posterior(state)``.
+        history: the mean of ``aux["loss"]`` over each epoch's steps, one float per epoch.
+        steps: the number of update steps taken.
+    """
+
+    state: Any
+    posterior: Posterior
+    history: list[float]
+    steps: int
+
+
+def minibatches(
+    inputs: Tensor, targets: Tensor, batch_size: int | None, generator: torch.Generator
+) -> Iterator[Batch]:
+    """One shuffled pass over the data; ``None`` (or a size ≥ n) gives one full batch."""
+    count = inputs.shape[0]
+    if batch_size is None or batch_size >= count:
+        yield inputs, targets
+        return
+    order = torch.randperm(count, generator=generator, device=generator.device)
+    order = order.to(inputs.device)
+    for start in range(0, count, batch_size):
+        index = order[start : start + batch_size]
+        yield inputs.index_select(0, index), targets.index_select(0, index)
+
+
+def fit(
+    engine: Engine,
+    params: Tensor,
+    train_inputs: Tensor,
+    train_targets: Tensor,
+    generator: torch.Generator,
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> FitResult:
+    """Run ``engine`` from ``params`` for ``engine.passes`` epochs.
+
+    Args:
+        engine: the built engine.
+        params: the starting parameters (d,).
+        train_inputs, train_targets: the training data (n, ...), (n,).
+        generator: seeds the engine and the shuffling; the same seed gives the same fit.
+        on_epoch: called as ``on_epoch(epoch, loss)`` after each epoch (epochs count from 1).
+
+    Raises:
+        DivergenceError: when the loss, the state or the posterior is NaN or infinite.
+    """
+    if train_inputs.shape[0] == 0:
+        raise ValueError("fit needs at least one training example, got 0")
+    state = engine.init(params, generator)
+    history: list[float] = []
+    steps = 0
+    for epoch in range(1, engine.passes + 1):
+        first_step, losses = steps + 1, []
+        for batch in minibatches(train_inputs, train_targets, engine.batch_size, generator):
+            state, aux = engine.update(state, batch)
+            steps += 1
+            if "loss" in aux:
+                losses.append(aux["loss"])
+        loss = float(torch.stack(losses).mean()) if losses else math.nan
+        check_finite(epoch, first_step, steps, state, loss if losses else None)
+        history.append(loss)
+        if on_epoch is not None:
+            on_epoch(epoch, loss)
+    posterior = engine.posterior(state)
+    check_finite(engine.passes, 1, steps, posterior, what="posterior")
+    return FitResult(state, posterior, history, steps)
+
+
+def check_finite(
+    epoch: int,
+    first_step: int,
+    last_step: int,
+    state: Any,
+    loss: float | None = None,
+    what: str = "state",
+) -> None:
+    """Raise :class:`DivergenceError` when ``loss`` or a tensor of ``state`` is not finite."""
+    tensors = dict(floating_tensors(state, what))
+    if tensors:
+        finite = torch.stack([torch.isfinite(value).all() for value in tensors.values()])
+        all_finite = bool(finite.all())
+    else:
+        all_finite = True
+    loss_finite = loss is None or math.isfinite(loss)
+    if loss_finite and all_finite:
+        return
+    bad = [name for name, value in tensors.items() if not bool(torch.isfinite(value).all())]
+    found = f"loss {loss}" if not loss_finite else f"non-finite values in {', '.join(bad)}"
+    raise DivergenceError(
+        f"the fit diverged in epoch {epoch} (update steps {first_step}-{last_step}): {found}. "
+        "Try a smaller learning rate (lr)."
+    )
+
+
+def floating_tensors(value: Any, name: str) -> Iterator[tuple[str, Tensor]]:
+    """The floating-point tensors inside nested tuples, lists, dicts and dataclasses."""
+    if isinstance(value, Tensor):
+        if value.is_floating_point() or value.is_complex():
+            yield name, value
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        for field, item in zip(value._fields, value):
+            if field not in UNCHECKED_FIELDS:
+                yield from floating_tensors(item, f"{name}.{field}")
+    elif isinstance(value, (tuple, list)):
+        for index, item in enumerate(value):
+            yield from floating_tensors(item, f"{name}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from floating_tensors(item, f"{name}.{key}")
+    elif hasattr(value, "__dataclass_fields__"):
+        for field in value.__dataclass_fields__:
+            yield from floating_tensors(getattr(value, field), f"{name}.{field}")

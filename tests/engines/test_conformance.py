@@ -1,0 +1,166 @@
+"""Every registered engine honours the engine protocol (one suite for all of them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from bayesflow.engines import ENGINES
+from bayesflow.engines.base import Engine, Posterior, Problem
+from bayesflow.engines.fit import fit
+from bayesflow.errors import DivergenceError, StageError
+from bayesflow.likelihoods import categorical, gaussian
+from bayesflow.models import linear, mlp
+from bayesflow.priors import diag_normal, none
+from bayesflow.problem import build_problem
+from bayesflow.spec.methods import ENGINE_SPECS
+from bayesflow.temperature import Tempering
+
+NUM_DATA = 24
+
+# A few cheap steps of every engine; each engine joins the suite by adding a line here.
+SMALL_CONFIGS: dict[str, dict[str, Any]] = {
+    "map": {"epochs": 2, "batch_size": 8},
+    "mle": {"epochs": 2, "batch_size": 8},
+    "laplace_diag_ggn": {"batch_size": 8},
+    "vi_diag": {"epochs": 2, "batch_size": 8, "n_samples": 2},
+    "sghmc": {"epochs": 2, "batch_size": 8, "chains": 3, "burn_in": 1, "thin": 2},
+}
+
+
+def make_config(name: str, **overrides: Any) -> Any:
+    """The small spec model of engine ``name``."""
+    values = {"engine": name, **SMALL_CONFIGS[name], **overrides}
+    return ENGINE_SPECS[name].model_validate(values)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """Run on one thread: these tiny tensors are several times slower on two busy cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def problem() -> Problem:
+    """A tiny three-class MLP problem."""
+    return build_problem(
+        mlp(2, 3, hidden=[5], activation="tanh"), categorical(), diag_normal(1.0), NUM_DATA
+    )
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs (N, 2) and class labels (N,)."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(NUM_DATA, 2, generator=generator)
+    targets = torch.randint(0, 3, (NUM_DATA,), generator=generator)
+    return inputs, targets
+
+
+def build_engine(name: str, problem: Problem, temperature: float = 1.0, **overrides: Any) -> Engine:
+    """Build engine ``name`` on ``problem`` at ``temperature``."""
+    tempering = Tempering(temperature, problem.num_data)
+    return ENGINES.get(name)(problem, tempering, make_config(name, **overrides))
+
+
+def run(name: str, problem: Problem, data: Any, seed: int, temperature: float = 1.0) -> Posterior:
+    """Fit engine ``name`` from the model's initialisation under ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    params = problem.init_params(generator)
+    engine = build_engine(name, problem, temperature)
+    return fit(engine, params, *data, generator).posterior
+
+
+def tensors(posterior: Posterior) -> dict[str, torch.Tensor]:
+    """The tensors a posterior holds, by field name."""
+    fields = ("samples", "mean", "var", "cov")
+    return {
+        name: getattr(posterior, name) for name in fields if getattr(posterior, name) is not None
+    }
+
+
+def test_every_spec_has_an_engine() -> None:
+    """The engine registry and the method specs name the same engines."""
+    assert set(ENGINES.names()) == set(ENGINE_SPECS)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("name", ENGINES.names())
+def test_round_trip(name: str, temperature: float, problem: Problem, data: Any) -> None:
+    """init → update → posterior gives a finite loss and a finite posterior of the right shape."""
+    engine = build_engine(name, problem, temperature)
+    state = engine.init(problem.init_params(torch.Generator().manual_seed(1)), torch.Generator())
+    inputs, targets = data
+    for start in range(0, NUM_DATA, 8):
+        state, aux = engine.update(state, (inputs[start : start + 8], targets[start : start + 8]))
+        assert aux["loss"].shape == () and torch.isfinite(aux["loss"])
+    posterior = engine.posterior(state)
+    for value in tensors(posterior).values():
+        assert torch.isfinite(value).all()
+        assert value.shape[-1] == problem.dimension
+
+
+@pytest.mark.parametrize("name", ENGINES.names())
+def test_same_seed_same_result(name: str, problem: Problem, data: Any) -> None:
+    """Two fits under the same seed give identical posteriors."""
+    first = tensors(run(name, problem, data, seed=3))
+    second = tensors(run(name, problem, data, seed=3))
+    assert first.keys() == second.keys()
+    for field in first:
+        assert torch.equal(first[field], second[field])
+
+
+@pytest.mark.parametrize("name", ENGINES.names())
+def test_posterior_arrays(name: str, problem: Problem, data: Any) -> None:
+    """``to_arrays`` gives samples or a mean and variance, and the parameter names."""
+    arrays = run(name, problem, data, seed=0).to_arrays(problem)
+    assert "samples" in arrays or {"mean", "var"} <= arrays.keys()
+    assert tuple(arrays["param_names"]) == problem.param_names
+
+
+@pytest.mark.parametrize("name", ENGINES.names())
+def test_fit_history_has_one_loss_per_epoch(name: str, problem: Problem, data: Any) -> None:
+    """``fit`` records one finite loss per pass and calls ``on_epoch`` with it."""
+    seen: list[tuple[int, float]] = []
+    engine = build_engine(name, problem)
+    generator = torch.Generator().manual_seed(0)
+    params = problem.init_params(generator)
+    result = fit(engine, params, *data, generator, lambda *pair: seen.append(pair))
+    assert len(result.history) == engine.passes and result.steps == engine.passes * 3
+    assert [loss for _, loss in seen] == result.history
+    assert [epoch for epoch, _ in seen] == list(range(1, engine.passes + 1))
+
+
+def test_fit_raises_divergence_naming_epoch_and_fix(data: Any) -> None:
+    """A learning rate far too large ends in a DivergenceError naming the epoch and the fix."""
+    problem = build_problem(linear(2, 1), gaussian(), diag_normal(), NUM_DATA)
+    spec = make_config("map", optimizer={"name": "sgd", "lr": 1e6}, epochs=50)
+    engine = ENGINES.get("map")(problem, Tempering(1.0, NUM_DATA), spec)
+    inputs, targets = data
+    with pytest.raises(DivergenceError, match=r"epoch \d+ \(update steps \d+-\d+\).*smaller"):
+        fit(engine, torch.zeros(problem.dimension), inputs, targets.float(), torch.Generator())
+
+
+def test_laplace_without_prior_or_curvature_raises(data: Any) -> None:
+    """A parameter with no curvature and a flat prior is an error naming the parameter."""
+    problem = build_problem(linear(2, 1), gaussian(), none(), NUM_DATA)
+    engine = ENGINES.get("laplace_diag_ggn")(
+        problem, Tempering(1.0, NUM_DATA), make_config("laplace_diag_ggn")
+    )
+    state = engine.init(torch.zeros(problem.dimension), torch.Generator())
+    state, _ = engine.update(state, (torch.zeros(4, 2), torch.zeros(4)))
+    with pytest.raises(StageError, match=r"weight\[0\].*diag_normal"):
+        engine.posterior(state)
+
+
+def test_sghmc_without_samples_raises(problem: Problem, data: Any) -> None:
+    """A burn-in longer than the run is an error that says what to change."""
+    engine = build_engine("sghmc", problem, burn_in=1000)
+    with pytest.raises(StageError, match="lower burn_in or raise epochs"):
+        fit(engine, problem.init_params(torch.Generator()), *data, torch.Generator())
