@@ -91,6 +91,9 @@ class StageRunner:
     def _device(self) -> Any:
         import torch
 
+        threads = self.loaded.spec.execution.threads
+        if threads is not None and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         wanted = self.loaded.spec.execution.device
         if wanted == "auto":
             wanted = "cuda" if torch.cuda.is_available() else "cpu"

@@ -180,6 +180,12 @@ class ExecutionSpec(Strict):
     cache_dir: str = Field(
         ".bayesflow/cache", description="Folder of finished stage outputs (reused by reruns)."
     )
+    threads: PositiveInt | None = Field(
+        1,
+        description="Torch intra-op CPU threads per worker; null leaves torch's default. "
+        "Small models step fastest on one thread (measured on a busy 2-core machine: "
+        "VI 1.6 ms per step on one thread against 13 ms on two).",
+    )
     keep_going: bool = Field(
         True, description="Keep running independent stages after a stage fails."
     )
