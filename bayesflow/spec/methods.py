@@ -62,6 +62,12 @@ class MethodBase(Strict):
         description="Name of another method whose fitted posterior this one starts from "
         "(Laplace needs a MAP or MLE method).",
     )
+    parameters: list[str] | None = Field(
+        None,
+        description="Glob patterns of parameter tensor names to infer (e.g. `['2.*']` for "
+        "the last layer of an MLP); the others stay at the `from` method's values. "
+        "Null infers every parameter.",
+    )
 
 
 class OptimizeSpec(MethodBase):
