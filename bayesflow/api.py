@@ -130,8 +130,11 @@ def run(
     tracking = TrackingHook(tracker, loaded, the_plan, cache, parent_id, experiment)
     runner = StageRunner(loaded, dataset, report_dir, {"run_id": parent_id, "tracking_uri": tracker.uri})
     going = spec.execution.keep_going if keep_going is None else keep_going
+    backend = _backend(loaded, runner)
     try:
-        outcome = execute(the_plan, runner, cache, [tracking, *hooks], keep_going=going, force=force)
+        outcome = execute(
+            the_plan, runner, cache, [tracking, *hooks], keep_going=going, force=force, backend=backend
+        )
     except KeyboardInterrupt:
         tracker.end_run(parent_id, "KILLED")
         raise
@@ -150,6 +153,20 @@ def run(
         parent_id, tracker.uri, experiment, outcome, report_dir,
         time.perf_counter() - began, dict(tracking.runs),
     )
+
+
+def _backend(loaded: LoadedSpec, runner: Any) -> Any:
+    """The concurrent backend the spec asks for, or None to run stages one by one."""
+    execution = loaded.spec.execution
+    if execution.executor == "ray":
+        from bayesflow.dag.schedule import RayBackend
+
+        return RayBackend(runner, execution.address, execution.resources, execution.workers)
+    if execution.workers > 1:
+        from bayesflow.dag.schedule import ProcessBackend
+
+        return ProcessBackend(runner, execution.workers)
+    return None
 
 
 def _process_tags() -> dict[str, str]:

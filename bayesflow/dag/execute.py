@@ -64,6 +64,15 @@ def _forced(stage: Stage, force: Sequence[str] | bool) -> bool:
     return any(fnmatch.fnmatch(stage.name, pattern) for pattern in force)
 
 
+def _reusable(stage: Stage, cache: Cache, force: Sequence[str] | bool, outcome: Outcome) -> Entry | None:
+    """A cached entry to reuse: not forced, and none of its inputs recomputed in this run."""
+    if not stage.cacheable or _forced(stage, force):
+        return None
+    if any(outcome.status.get(name) == "ran" for name in stage.inputs):
+        return None
+    return cache.get(stage.key)
+
+
 def stage_status(stage: Stage, cache: Cache, force: Sequence[str] | bool = False) -> str:
     """``cached`` when a finished output will be reused, else ``new`` (or ``forced``)."""
     if not stage.cacheable:
@@ -81,8 +90,12 @@ def execute(
     *,
     keep_going: bool = True,
     force: Sequence[str] | bool = False,
+    backend: Any = None,
 ) -> Outcome:
     """Execute ``plan``; return the outcome of every stage.
+
+    With a ``backend`` (:mod:`bayesflow.dag.schedule`), independent fit and evaluate
+    stages run concurrently on it while hooks and the cache stay in this process.
 
     Raises:
         KeyboardInterrupt: after hooks were told, so running stages end marked killed.
@@ -90,6 +103,20 @@ def execute(
     outcome = Outcome()
     cache.clean_staging()
     current: Stage | None = None
+    if backend is not None:
+        from bayesflow.dag.schedule import execute_concurrently
+
+        def reuse(stage: Stage) -> Entry | None:
+            return _reusable(stage, cache, force, outcome)
+
+        try:
+            execute_concurrently(plan, run_stage, cache, hooks, backend,
+                                 keep_going=keep_going, reuse=reuse, outcome=outcome)
+        except KeyboardInterrupt:
+            for hook in hooks:
+                hook.on_interrupt(None)
+            raise
+        return outcome
     try:
         for stage in plan.order():
             current = stage
@@ -98,7 +125,7 @@ def execute(
                 outcome.status[stage.name] = "skipped"
                 outcome.errors[stage.name] = f"needs {', '.join(blocked)}" if blocked else "an earlier stage failed"
                 continue
-            entry = cache.get(stage.key) if stage.cacheable and not _forced(stage, force) else None
+            entry = _reusable(stage, cache, force, outcome)
             if entry is not None:
                 outcome.entries[stage.name], outcome.status[stage.name] = entry, "cached"
                 for hook in hooks:

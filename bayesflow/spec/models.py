@@ -176,7 +176,24 @@ class ExecutionSpec(Strict):
     """How stages are executed."""
 
     device: Literal["auto", "cpu", "cuda"] = Field("cpu", description="Torch device of the fits.")
-    executor: Literal["local"] = Field("local", description="Stage executor.")
+    executor: Literal["local", "ray"] = Field(
+        "local",
+        description="`local`: this machine, with `workers` processes; `ray`: Ray tasks on a "
+        "local Ray instance or the cluster at `address` (extra `bayesflow-workflows[ray]`).",
+    )
+    workers: PositiveInt = Field(
+        1,
+        description="Stages run at once. With more than one, fit and evaluate stages run in "
+        "separate processes (or Ray tasks) while this process alone writes to MLflow.",
+    )
+    address: str | None = Field(
+        None, description="Ray cluster address (e.g. `ray://head:10001`); null starts a local Ray."
+    )
+    resources: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Ray resources per method name or stage kind, e.g. "
+        "`{sghmc: {num_cpus: 2, num_gpus: 1}}`.",
+    )
     cache_dir: str = Field(
         ".bayesflow/cache", description="Folder of finished stage outputs (reused by reruns)."
     )

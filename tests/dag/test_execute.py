@@ -72,13 +72,13 @@ def test_failed_stage_leaves_no_output(tmp_path: Path) -> None:
     assert "fit/a" in retry.calls and "fit/c" not in retry.calls
 
 
-def test_force_pattern_reruns_matching_stages(tmp_path: Path) -> None:
+def test_force_pattern_reruns_matching_stages_and_their_dependents(tmp_path: Path) -> None:
     """--force with a glob reruns only the stages it matches."""
     cache = Cache(tmp_path)
     execute(chain_plan(), Recorder(), cache)
     again = Recorder()
     execute(chain_plan(), again, cache, force=["fit/*"])
-    assert sorted(again.calls) == ["fit/a", "fit/c", "report"]
+    assert sorted(again.calls) == ["evaluate/b", "fit/a", "fit/c", "report"]
 
 
 def test_interrupt_discards_staging(tmp_path: Path) -> None:
@@ -111,3 +111,17 @@ def test_cache_commit_is_atomic(tmp_path: Path) -> None:
     assert cache.get("k1") is None
     entry = cache.commit("k1", staging, {"steps": 3})
     assert cache.get("k1") == entry and entry.file("posterior.npz").read_bytes() == b"x"
+
+
+def test_process_workers_give_the_same_outcome(tmp_path: Path) -> None:
+    """Two worker processes run the plan with the same statuses as one by one."""
+    from bayesflow.dag.schedule import ProcessBackend
+
+    failing = Recorder({"fit/a"})
+    outcome = execute(chain_plan(), failing, Cache(tmp_path), backend=ProcessBackend(failing, 2))
+    assert outcome.status == {
+        "fit/a": "failed", "fit/c": "ran", "evaluate/b": "skipped", "report": "skipped"
+    }
+    assert Cache(tmp_path).get("kc").file("out.txt").read_text() == "fit/c"
+    again = execute(chain_plan(), Recorder(), Cache(tmp_path), backend=ProcessBackend(Recorder(), 2))
+    assert again.status == {"fit/a": "ran", "fit/c": "cached", "evaluate/b": "ran", "report": "ran"}
