@@ -21,7 +21,9 @@ from bayesflow.data import Dataset, load_dataset
 from bayesflow.errors import TrackingError
 from bayesflow.spec.load import LoadedSpec, load_spec
 
-__all__ = ["RunResult", "load", "plan", "plan_table", "results", "run", "tracking_uri_of"]
+__all__ = [
+    "RunResult", "load", "plan", "plan_table", "report", "results", "run", "tracking_uri_of",
+]
 
 
 def load(source: str | Path | dict[str, Any], overrides: Sequence[str] = ()) -> LoadedSpec:
@@ -217,3 +219,43 @@ def results(
         stages = json.loads(Path(path).read_text())
     run_ids = [item["run_id"] for item in stages.values() if item.get("run_id")]
     return results_frame(tracker, run_ids)
+
+
+def report(
+    run_id: str,
+    *,
+    tracking_uri: str | None = None,
+    output_dir: str | Path | None = None,
+    template: str | None = None,
+    tracker: Any = None,
+) -> Path:
+    """Re-render the report of a finished ``bayesflow run`` from its stored results.
+
+    Nothing is refitted: the spec and the fits are read back from the tracking store.
+    The report is written to ``<output_dir>/<workflow>/<run_id>/`` (``output_dir``
+    defaults to the spec's ``report.output_dir``) and logged to the run again.
+
+    Returns:
+        The path of the HTML report.
+    """
+    import tempfile
+
+    from bayesflow.hooks import report_folder
+    from bayesflow.report.render import render_report
+    from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
+
+    if tracker is None:
+        tracker = MlflowTracker(resolve_tracking_uri(tracking_uri or "sqlite:///mlflow.db", Path.cwd()))
+    with tempfile.TemporaryDirectory() as folder:
+        spec_path = tracker.download_artifact(run_id, "spec/resolved.yaml", folder)
+        loaded = load_spec(Path(spec_path))
+    spec = loaded.spec
+    target = report_folder(str(output_dir or spec.report.output_dir), spec.name, run_id)
+    parameters = {
+        "run_id": run_id, "tracking_uri": tracker.uri, "workflow": spec.name,
+        "spec_yaml": loaded.to_yaml(), "plots": list(spec.plots),
+    }
+    rendered = render_report(template or spec.report.template, parameters, target)
+    for path in (rendered.notebook, rendered.html):
+        tracker.log_artifact(run_id, path, "report")
+    return rendered.html

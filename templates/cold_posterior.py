@@ -23,6 +23,11 @@ results_csv = ""  # when set, read the results from this CSV instead of MLflow
 
 # %%
 # %matplotlib inline
+import warnings
+
+# MLflow imports tqdm, which warns in a kernel without ipywidgets; the report shows no bars.
+warnings.filterwarnings("ignore", message="IProgress not found")
+
 import matplotlib.pyplot as plt
 import pandas as pd
 import yaml

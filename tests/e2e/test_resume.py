@@ -1,0 +1,49 @@
+"""Kill a run with SIGKILL mid-way, rerun it, and find every stage exactly once."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY_SPEC, write
+from tests.e2e.test_cli import BAYESFLOW, bayesflow, client
+
+pytestmark = pytest.mark.e2e
+
+
+def test_sigkill_then_rerun_completes_without_duplicates(tmp_path: Path) -> None:
+    """SIGKILL loses only the stage in flight; the rerun reuses the rest and ends stale runs."""
+    text = TINY_SPEC.replace("temperatures: [0.1, 1.0]", "temperatures: [0.03, 0.1, 0.3, 1.0]")
+    text = text.replace("evaluate:", "report: {enabled: false}\nevaluate:")
+    write(tmp_path, text)
+    process = subprocess.Popen([*BAYESFLOW, "run", "spec.yaml"], cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cache = tmp_path / ".bayesflow" / "cache"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        finished = [p for p in cache.glob("*/outputs.json")] if cache.exists() else []
+        if len(finished) >= 3:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert 3 <= len(list(cache.glob("*/outputs.json"))) < 18, "the kill came too late to test resuming"
+
+    result = bayesflow(tmp_path, "run", "spec.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " cached" in result.stdout
+    mlflow = client(tmp_path)
+    runs = mlflow.search_runs([mlflow.get_experiment_by_name("tiny").experiment_id])
+    finished: dict[str, int] = {}
+    for run in runs:
+        assert run.info.status != "RUNNING", "a run of the killed process was left running"
+        if run.data.tags.get("bayesflow.role") == "fit" and run.info.status == "FINISHED":
+            stage = run.data.tags["bayesflow.stage"]
+            finished[stage] = finished.get(stage, 0) + 1
+    assert len(finished) == 1 + 4 + 4 and set(finished.values()) == {1}
+    assert any(run.info.status == "KILLED" for run in runs)
