@@ -37,7 +37,7 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q -e '.[dev,bench,nuts,ray]'
 	@touch $@
 
 setup: $(VENV)/.installed
