@@ -23,7 +23,7 @@ from bayesflow.dag.plan import Plan, Stage
 from bayesflow.spec.load import LoadedSpec
 from bayesflow.stages import POSTERIOR_FILE, describe_error, fit_parameters
 
-__all__ = ["TrackingHook", "STAGES_ARTIFACT", "end_stale_runs"]
+__all__ = ["STAGES_ARTIFACT", "TrackingHook", "end_stale_runs"]
 
 STAGES_ARTIFACT = "bayesflow/stages.json"
 PARENT_TAG = "mlflow.parentRunId"
@@ -149,7 +149,7 @@ class TrackingHook:
         for run_id in candidates:
             try:
                 run = self.tracker.get_run(run_id)
-            except Exception:  # the store was wiped or the run deleted: log a new one
+            except Exception:  # the store was wiped or the run deleted: log a new one  # noqa: BLE001, S112
                 continue
             if run.status != "FINISHED":
                 continue

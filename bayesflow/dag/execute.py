@@ -154,7 +154,7 @@ def _run_one(
     except KeyboardInterrupt:
         cache.discard(staging)
         raise
-    except Exception as error:  # a failed stage must not stop independent ones
+    except Exception as error:  # a failed stage must not stop independent ones  # noqa: BLE001
         cache.discard(staging)
         outcome.status[stage.name] = "failed"
         outcome.errors[stage.name] = str(error) or type(error).__name__

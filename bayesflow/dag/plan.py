@@ -21,7 +21,7 @@ from typing import Any
 
 from bayesflow.spec.models import WorkflowSpec
 
-__all__ = ["Plan", "Stage", "plan_workflow", "OPTIMIZERS", "format_temperature"]
+__all__ = ["OPTIMIZERS", "Plan", "Stage", "format_temperature", "plan_workflow"]
 
 OPTIMIZERS = frozenset({"map", "mle"})
 # Bumped when a change to bayesflow changes results, so cached stages are recomputed.

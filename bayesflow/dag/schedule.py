@@ -211,7 +211,7 @@ def _finish(
     try:
         values = future.result()
         entry = cache.commit(stage.key, staging, values)
-    except Exception as error:  # a failed stage must not stop independent ones
+    except Exception as error:  # a failed stage must not stop independent ones  # noqa: BLE001
         cache.discard(staging)
         outcome.status[stage.name] = "failed"
         outcome.errors[stage.name] = str(error) or type(error).__name__

@@ -33,7 +33,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
     return folder, bayesflow(folder, "run", "spec.yaml")
 
 
-def client(folder: Path):  # noqa: ANN201 - mlflow type
+def client(folder: Path):
     """An MLflow client on the run's store."""
     from mlflow.tracking import MlflowClient
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.e2e
 METRICS = ["test_nll", "test_accuracy", "test_ece", "test_brier", "fit_seconds", "steps"]
 
 
-def run_in(folder: Path, monkeypatch: pytest.MonkeyPatch, *overrides: str):  # noqa: ANN201
+def run_in(folder: Path, monkeypatch: pytest.MonkeyPatch, *overrides: str):
     """Run the tiny workflow (no report) in ``folder``; return its results frame."""
     monkeypatch.chdir(folder)
     spec = write(folder, TINY_SPEC.replace("evaluate:", "report: {enabled: false}\nevaluate:"))
@@ -29,7 +29,7 @@ def sequential(tmp_path_factory: pytest.TempPathFactory) -> object:
         return run_in(tmp_path_factory.mktemp("sequential"), monkeypatch)
 
 
-def test_worker_processes_log_every_metric(sequential, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_worker_processes_log_every_metric(sequential, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two worker processes: every fit run has every metric, equal to the sequential run."""
     frame = run_in(tmp_path, monkeypatch, "execution.workers=2")
     assert len(frame) == len(sequential) == 5
@@ -40,7 +40,7 @@ def test_worker_processes_log_every_metric(sequential, tmp_path: Path, monkeypat
     assert left.equals(right)
 
 
-def test_ray_local_instance_matches_sequential(sequential, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_ray_local_instance_matches_sequential(sequential, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """executor: ray on a local Ray instance gives the same results."""
     pytest.importorskip("ray", reason="Ray is the optional extra bayesflow-workflows[ray]")
     frame = run_in(tmp_path, monkeypatch, "execution.executor=ray", "execution.workers=2")
