@@ -41,7 +41,8 @@ def build_problem(
         module: the network; its parameters' current values are not used, only its
             structure and its initialisation (``init_params`` re-initialises a copy).
         likelihood: the observation model.
-        prior: the prior over every parameter.
+        prior: the prior over every parameter; bound here to the module's tensor names
+            and shapes (per-tensor variances need them).
         num_data: N, the number of training points.
         device: where parameters and data live.
     """
@@ -49,6 +50,7 @@ def build_problem(
     module = module.to(device)
     flat, names, shapes = flatten_module(module)
     sizes = [int(torch.Size(shape).numel()) for shape in shapes]
+    bound_prior = prior.bind(names, shapes, flat.dtype, device)
 
     def unflatten(params: Tensor) -> dict[str, Tensor]:
         return {
@@ -76,8 +78,8 @@ def build_problem(
         forward=forward,
         log_likelihood=likelihood.log_prob,
         output_hessian=likelihood.output_hessian,
-        log_prior=prior.log_prob,
-        prior_precision=prior.precision(flat.numel(), flat.dtype).to(device),
+        log_prior=bound_prior.log_prob,
+        prior_precision=bound_prior.precision,
         num_data=num_data,
         dimension=int(flat.numel()),
         param_names=names,

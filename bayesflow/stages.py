@@ -21,7 +21,7 @@ from bayesflow.data import Dataset
 from bayesflow.errors import BayesflowError, DivergenceError, StageError
 from bayesflow.spec.load import LoadedSpec
 
-__all__ = ["StageRunner", "fit_parameters", "POSTERIOR_FILE"]
+__all__ = ["POSTERIOR_FILE", "StageRunner", "fit_parameters"]
 
 POSTERIOR_FILE = "posterior.npz"
 
@@ -133,14 +133,21 @@ class StageRunner:
         return torch.as_tensor(inputs, device=device), torch.as_tensor(targets, device=device)
 
     def fit(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
-        """Fit one method at one temperature and seed; save ``posterior.npz``."""
+        """Fit one method at one temperature and seed; save ``posterior.npz``.
+
+        A method with ``parameters`` is fitted on the problem restricted to those tensors,
+        the others fixed at the ``from`` method's values; its posterior is embedded back
+        into the full flat space before it is saved.
+        """
         import torch
 
         from bayesflow.engines import ENGINES
         from bayesflow.engines.base import Posterior
         from bayesflow.engines.fit import fit
+        from bayesflow.subset import restrict_problem
 
-        problem, _, tempering = self._problem(stage)
+        full_problem, _, tempering = self._problem(stage)
+        problem = full_problem
         config = self.loaded.spec.methods[stage.method or ""]
         generator = torch.Generator(device=problem.device).manual_seed(int(stage.seed or 0))
         if inputs:
@@ -149,6 +156,11 @@ class StageRunner:
             params = start.to(problem.device)
         else:
             params = problem.init_params(generator)
+        embed = None
+        if config.parameters is not None:
+            where = f"methods.{stage.method}.parameters"
+            problem, embed = restrict_problem(full_problem, params, config.parameters, where)
+            params = embed.restrict(params)
         engine = ENGINES.get(stage.engine or "")(problem, tempering, config)
         x_train, y_train = self._tensors(self.dataset.x_train, self.dataset.y_train, problem.device)
         began = time.perf_counter()
@@ -157,7 +169,8 @@ class StageRunner:
         except DivergenceError as exc:
             raise DivergenceError(f"{_cell(stage)} diverged: {exc}") from exc
         seconds = time.perf_counter() - began
-        np.savez(staging / POSTERIOR_FILE, **result.posterior.to_arrays(problem))
+        posterior = result.posterior if embed is None else embed(result.posterior)
+        np.savez(staging / POSTERIOR_FILE, **posterior.to_arrays(full_problem))
         return {
             "fit_seconds": seconds,
             "steps": int(result.steps),

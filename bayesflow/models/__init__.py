@@ -1,4 +1,19 @@
-"""Networks a spec can name. Each builder takes the input and output sizes first."""
+"""Networks a spec can name. Each builder takes the input and output sizes first.
+
+==========  ==================================================  =====================
+name        network                                             module
+==========  ==================================================  =====================
+mlp         multi-layer perceptron                              :mod:`.dense`
+linear      linear map (regression)                             :mod:`.dense`
+logistic    linear map to logits                                :mod:`.dense`
+cnn         conv-ReLU-pool blocks and a linear head (images)    :mod:`.images`
+cnn_lstm    embedding, conv, pool, LSTM, linear (token ids)     :mod:`.text`
+python      your own module from ``package.module:factory``     :mod:`.python`
+==========  ==================================================  =====================
+
+``python`` runs your code: see :mod:`bayesflow.models.python`. Every network is used
+through ``torch.func.functional_call`` on a flat parameter vector (:mod:`bayesflow.problem`).
+"""
 
 from __future__ import annotations
 
@@ -6,38 +21,24 @@ from typing import Any
 
 from torch import nn
 
-from bayesflow.registry import Registry
+from bayesflow.models.dense import linear, logistic, mlp
+from bayesflow.models.images import cnn
+from bayesflow.models.python import load_factory, python_model
+from bayesflow.models.registry import MODELS
+from bayesflow.models.text import LSTM, cnn_lstm
 
-__all__ = ["MODELS", "build_model"]
-
-MODELS: Registry[Any] = Registry("model")
-
-_ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
-
-
-@MODELS.register("mlp")
-def mlp(
-    num_features: int, num_outputs: int, hidden: list[int] | None = None, activation: str = "relu"
-) -> nn.Module:
-    """A multi-layer perceptron with the given hidden widths."""
-    widths = [num_features, *(hidden if hidden is not None else [64])]
-    layers: list[nn.Module] = []
-    for width_in, width_out in zip(widths[:-1], widths[1:]):
-        layers += [nn.Linear(width_in, width_out), _ACTIVATIONS[activation]()]
-    layers.append(nn.Linear(widths[-1], num_outputs))
-    return nn.Sequential(*layers)
-
-
-@MODELS.register("linear")
-def linear(num_features: int, num_outputs: int, bias: bool = True) -> nn.Module:
-    """A linear map (linear regression with a gaussian likelihood)."""
-    return nn.Linear(num_features, num_outputs, bias=bias)
-
-
-@MODELS.register("logistic")
-def logistic(num_features: int, num_outputs: int, bias: bool = True) -> nn.Module:
-    """Logistic regression: a linear map to logits."""
-    return nn.Linear(num_features, num_outputs, bias=bias)
+__all__ = [
+    "LSTM",
+    "MODELS",
+    "build_model",
+    "cnn",
+    "cnn_lstm",
+    "linear",
+    "load_factory",
+    "logistic",
+    "mlp",
+    "python_model",
+]
 
 
 def build_model(config: dict[str, Any], num_features: int, num_outputs: int) -> nn.Module:

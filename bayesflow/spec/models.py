@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     field_validator,
+    model_validator,
 )
 
 from bayesflow.spec.methods import MethodSpec, Strict
@@ -39,7 +41,7 @@ __all__ = [
 class SklearnDigitsSpec(Strict):
     """scikit-learn's 8×8 digits (1,797 images, 10 classes), shipped with scikit-learn."""
 
-    name: Literal["sklearn_digits"]
+    name: Literal["sklearn_digits"] = Field(description="Registry name of the dataset.")
     test_fraction: float = Field(0.5, gt=0, lt=1, description="Share of points held out for testing.")
     split_seed: int = Field(0, description="Seed of the stratified train/test split.")
     standardize: bool = Field(True, description="Scale pixel values to [0, 1].")
@@ -48,7 +50,7 @@ class SklearnDigitsSpec(Strict):
 class CsvSpec(Strict):
     """A CSV file with a header row: numeric feature columns and one target column."""
 
-    name: Literal["csv"]
+    name: Literal["csv"] = Field(description="Registry name of the dataset.")
     path: str = Field(
         description="Path of the CSV file (relative to the spec file), or `package:NAME` "
         "for a file shipped with bayesflow (e.g. `package:pima_indians_diabetes.csv`)."
@@ -67,7 +69,7 @@ DataSpec = Annotated[Union[SklearnDigitsSpec, CsvSpec], Field(discriminator="nam
 class MLPSpec(Strict):
     """A multi-layer perceptron."""
 
-    name: Literal["mlp"]
+    name: Literal["mlp"] = Field(description="Registry name of the model.")
     hidden: list[PositiveInt] = Field([64], description="Widths of the hidden layers.")
     activation: Literal["relu", "tanh", "gelu"] = Field("relu", description="Hidden activation.")
 
@@ -75,18 +77,100 @@ class MLPSpec(Strict):
 class LinearSpec(Strict):
     """A linear map from features to outputs (linear regression with `gaussian`)."""
 
-    name: Literal["linear"]
+    name: Literal["linear"] = Field(description="Registry name of the model.")
     bias: bool = Field(True, description="Include an intercept.")
 
 
 class LogisticSpec(Strict):
     """Logistic regression: one linear output read as a logit (use with `bernoulli`)."""
 
-    name: Literal["logistic"]
+    name: Literal["logistic"] = Field(description="Registry name of the model.")
     bias: bool = Field(True, description="Include an intercept.")
 
 
-ModelSpec = Annotated[Union[MLPSpec, LinearSpec, LogisticSpec], Field(discriminator="name")]
+class CNNSpec(Strict):
+    """A small convolutional network for images given as flat features: conv-ReLU-max-pool
+    blocks and a linear head named `fc`."""
+
+    name: Literal["cnn"] = Field(description="Registry name of the model.")
+    image_shape: list[PositiveInt] | None = Field(
+        None,
+        min_length=3,
+        max_length=3,
+        description="[C, H, W] of one image; each row of features is reshaped to it. Null "
+        "infers one square channel (64 features: 1×8×8 digits; 784: 1×28×28).",
+    )
+    channels: list[PositiveInt] = Field(
+        [16, 32],
+        min_length=1,
+        description="Output channels of each conv-ReLU-max-pool block; each block halves "
+        "the height and width.",
+    )
+    kernel_size: PositiveInt = Field(
+        3, description="Side of every convolution kernel ('same' padding)."
+    )
+
+
+class CNNLSTMSpec(Strict):
+    """The CNN-LSTM text classifier of the cold-posterior IMDB experiments (Wenzel et al.,
+    2020; posteriors' IMDB example): embedding, 1-D conv, ReLU, max-pool, LSTM, linear.
+    Inputs are integer token ids, one padded sequence per example."""
+
+    name: Literal["cnn_lstm"] = Field(description="Registry name of the model.")
+    vocabulary_size: PositiveInt = Field(
+        20_000, description="Number of token ids; inputs must lie in [0, vocabulary_size)."
+    )
+    embedding_size: PositiveInt = Field(128, description="Width of the token embedding.")
+    filters: PositiveInt = Field(64, description="Channels of the 1-D convolution.")
+    kernel_size: PositiveInt = Field(5, description="Width of the convolution ('valid' padding).")
+    pool_size: PositiveInt = Field(4, description="Width and stride of the max-pool.")
+    hidden_size: PositiveInt = Field(128, description="Size of the LSTM's hidden state.")
+
+
+class PythonModelSpec(Strict):
+    """Your own torch module, built by a factory in your code. This runs your code.
+
+    Every key besides `name` and `python` is passed to the factory as a keyword argument.
+    """
+
+    # The one spec model with open keys: they are the factory's own arguments.
+    model_config = ConfigDict(extra="allow")
+
+    name: Literal["python"] = Field(description="Registry name of the model.")
+    python: str = Field(
+        description="`package.module:factory`. bayesflow imports the module (from the working "
+        "directory or the installed packages) and calls `factory(num_features=..., "
+        "num_outputs=..., **the other keys of model)`: this runs your code. The factory "
+        "returns a torch.nn.Module, used through torch.func.functional_call like the "
+        "built-in models. The stage cache does not see edits to your module's source."
+    )
+
+    @field_validator("python")
+    @classmethod
+    def _target(cls, target: str) -> str:
+        module, _, factory = target.partition(":")
+        names = [*module.split("."), *factory.split(".")]
+        if not module or not factory or not all(name.isidentifier() for name in names):
+            raise ValueError(
+                f"expected `package.module:factory` (e.g. `mymodels:make_net`), got {target!r}"
+            )
+        return target
+
+    @model_validator(mode="after")
+    def _reserved_keys(self) -> PythonModelSpec:
+        reserved = sorted({"num_features", "num_outputs"} & set(self.model_extra or {}))
+        if reserved:
+            raise ValueError(
+                f"{', '.join(reserved)} are set from the data and passed to the factory; "
+                "remove them from model"
+            )
+        return self
+
+
+ModelSpec = Annotated[
+    Union[MLPSpec, LinearSpec, LogisticSpec, CNNSpec, CNNLSTMSpec, PythonModelSpec],
+    Field(discriminator="name"),
+]
 
 # ------------------------------------------------------------------------ likelihood
 
@@ -94,19 +178,19 @@ ModelSpec = Annotated[Union[MLPSpec, LinearSpec, LogisticSpec], Field(discrimina
 class CategoricalSpec(Strict):
     """Softmax categorical likelihood over the model's outputs (logits)."""
 
-    name: Literal["categorical"]
+    name: Literal["categorical"] = Field(description="Registry name of the likelihood.")
 
 
 class BernoulliSpec(Strict):
     """Bernoulli likelihood with the model's single output as logit."""
 
-    name: Literal["bernoulli"]
+    name: Literal["bernoulli"] = Field(description="Registry name of the likelihood.")
 
 
 class GaussianSpec(Strict):
     """Gaussian likelihood with the model's output as mean and a fixed noise sd."""
 
-    name: Literal["gaussian"]
+    name: Literal["gaussian"] = Field(description="Registry name of the likelihood.")
     noise_sd: PositiveFloat = Field(1.0, description="Standard deviation of the observation noise.")
 
 
@@ -118,19 +202,68 @@ LikelihoodSpec = Annotated[
 
 
 class DiagNormalSpec(Strict):
-    """Isotropic normal prior N(0, variance·I) on every parameter."""
+    """Normal prior N(0, v) on every parameter, with one variance or one per layer."""
 
-    name: Literal["diag_normal"]
-    variance: PositiveFloat = Field(1.0, description="Prior variance of every parameter.")
+    name: Literal["diag_normal"] = Field(description="Registry name of the prior.")
+    variance: float | dict[str, float] = Field(
+        1.0,
+        description="Prior variance of every parameter, or a mapping from glob patterns of "
+        "parameter tensor names to variances, e.g. {'*.bias': 1.0, '*': 0.1}: the first "
+        "pattern a tensor's name matches gives its variance; every tensor must match one "
+        "and every pattern some tensor. Quote the patterns in YAML (`*` starts an alias).",
+    )
+
+    @field_validator("variance")
+    @classmethod
+    def _positive(cls, variance: float | dict[str, float]) -> float | dict[str, float]:
+        # One check (not PositiveFloat inside the union) so a bad value is one problem.
+        values = variance.values() if isinstance(variance, dict) else [variance]
+        if isinstance(variance, dict) and not variance:
+            raise ValueError("expected a variance or a non-empty mapping of patterns, got {}")
+        bad = [value for value in values if not 0 < value < float("inf")]
+        if bad:
+            raise ValueError(
+                f"expected positive finite variances, got {', '.join(map(str, bad))}"
+            )
+        return variance
+
+
+class HeNormalSpec(Strict):
+    """Normal prior scaled by fan-in (He et al., 2015): variance scale / fan_in for each
+    weight tensor, fan_in being the product of all but its first dimension."""
+
+    name: Literal["he_normal"] = Field(description="Registry name of the prior.")
+    scale: PositiveFloat = Field(
+        2.0,
+        description="Numerator of the variance scale / fan_in: 2 is He's, for ReLU; 1 is LeCun's.",
+    )
+    bias_variance: PositiveFloat = Field(
+        1.0, description="Variance of one-dimensional tensors (biases), which have no fan-in."
+    )
+
+
+class LaplacePriorSpec(Strict):
+    """I.i.d. Laplace prior exp(−|θ|/b)/(2b) on every parameter."""
+
+    name: Literal["laplace"] = Field(description="Registry name of the prior.")
+    scale: PositiveFloat = Field(
+        1.0,
+        description="Scale b (variance 2b²). A Laplace approximation, which needs a prior "
+        "precision and finds no curvature in this prior away from 0, uses 1/(2b²): the "
+        "precision of the normal with the same variance.",
+    )
 
 
 class NoPriorSpec(Strict):
     """No prior (a flat prior): the log prior is zero."""
 
-    name: Literal["none"]
+    name: Literal["none"] = Field(description="Registry name of the prior.")
 
 
-PriorSpec = Annotated[Union[DiagNormalSpec, NoPriorSpec], Field(discriminator="name")]
+PriorSpec = Annotated[
+    Union[DiagNormalSpec, HeNormalSpec, LaplacePriorSpec, NoPriorSpec],
+    Field(discriminator="name"),
+]
 
 # ------------------------------------------------------------------- the rest
 
@@ -245,15 +378,24 @@ class WorkflowSpec(Strict):
     def _unique_seeds(cls, seeds: list[int]) -> list[int]:
         duplicates = sorted({seed for seed in seeds if seeds.count(seed) > 1})
         if duplicates:
-            raise ValueError(f"seeds must be unique; repeated: {duplicates}")
+            raise ValueError(
+                f"expected unique seeds, got {', '.join(map(str, duplicates))} more than once; "
+                "remove the repeats"
+            )
         return seeds
 
     @field_validator("temperatures")
     @classmethod
     def _unique_temperatures(cls, temperatures: list[float]) -> list[float]:
+        infinite = [t for t in temperatures if t == float("inf")]
+        if infinite:
+            raise ValueError("expected finite temperatures, got inf; T = 1 is the Bayes posterior")
         duplicates = sorted({t for t in temperatures if temperatures.count(t) > 1})
         if duplicates:
-            raise ValueError(f"temperatures must be unique; repeated: {duplicates}")
+            raise ValueError(
+                f"expected unique temperatures, got {', '.join(f'{t:g}' for t in duplicates)} "
+                "more than once; remove the repeats"
+            )
         return temperatures
 
 
@@ -278,6 +420,10 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
         if source is not None and source not in methods:
             problems.append((("methods", name, "from"),
                 f"names {source!r}, which is not a method (methods: {', '.join(methods)})"))
+        if method.get("parameters") is not None and source is None:
+            problems.append((("methods", name, "parameters"),
+                ("inferring a subset of the parameters needs `from: <a method>` whose values "
+                 "fix the others; add it")))
         if engine in LAPLACE_ENGINES:
             if source is None:
                 problems.append((("methods", name),
