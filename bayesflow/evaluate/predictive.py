@@ -1,33 +1,59 @@
-"""The posterior predictive on a test set, and the summary metrics a fit run logs.
+"""The posterior predictive on a test set, and everything an evaluate stage records.
+
+:func:`evaluate_full` draws the posterior samples once, pushes the test inputs and any
+OOD inputs through them in one call (:func:`posterior_outputs`, ``sampled`` or
+``linearized``), and computes every predictive metric, the per-point uncertainty
+decomposition and the OOD AUROCs from those outputs. It returns an :class:`Evaluation`
+whose ``metrics`` a run logs and whose ``arrays`` a stage saves as one ``.npz``
+artifact; :func:`evaluate` returns only the metrics dict, for callers that iterate it.
+:func:`evaluate_classification` and :func:`evaluate_regression` are the pure part: they
+take the (S, n, k) outputs, not the model.
 
 Parameter samples are pushed through the model with ``torch.func.vmap`` over the
-sample axis, in chunks so that memory stays bounded by ``chunk × n × k`` outputs
-whatever the number of samples. The classification predictive averages probabilities
-over samples (see :mod:`bayesflow.evaluate.metrics`).
+sample axis, in chunks of ``chunk`` samples. The per-sample class probabilities
+(S, n, C) are kept, because the single-sample metrics and the decomposition need them:
+50 samples × 10,000 points × 10 classes is 40 MB in float64. The classification
+predictive averages probabilities over samples (see :mod:`bayesflow.evaluate.metrics`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
 import torch
 from torch import Tensor
 from torch.func import vmap
 
-from bayesflow.engines.base import Posterior, Problem
+from bayesflow.engines.base import Posterior, Problem, linearized_outputs
 from bayesflow.evaluate import metrics
+from bayesflow.evaluate.conventions import describe
+from bayesflow.evaluate.uncertainty import decompose_uncertainty, ood_auroc
 from bayesflow.likelihoods import Likelihood
 
 __all__ = [
     "DEFAULT_CHUNK",
+    "PREDICTIONS",
+    "Evaluation",
+    "draw_samples",
     "evaluate",
     "evaluate_classification",
+    "evaluate_full",
     "evaluate_regression",
+    "posterior_outputs",
     "predictive_outputs",
     "predictive_probabilities",
+    "sample_probabilities",
 ]
 
 # Samples evaluated per vmap call: 64 × 10,000 test points × 10 classes in float32 is
 # 25 MB of outputs, small next to the activations of the models the workflows use.
 DEFAULT_CHUNK = 64
+
+# How parameter samples become outputs: through the network, or through the network
+# linearised around the posterior mean (the GLM predictive of Immer et al. 2021).
+PREDICTIONS: tuple[str, ...] = ("sampled", "linearized")
 
 
 def _chunks(samples: Tensor, chunk: int) -> list[Tensor]:
@@ -91,49 +117,145 @@ def predictive_probabilities(
     return total / samples.shape[0]
 
 
-def evaluate_classification(
+def sample_probabilities(
     problem: Problem,
     likelihood: Likelihood,
     samples: Tensor,
-    x_test: Tensor,
-    y_test: Tensor,
-    ece_bins: int = 10,
+    inputs: Tensor,
     chunk: int = DEFAULT_CHUNK,
-) -> dict[str, float]:
-    """Summary metrics of a classifier's posterior predictive.
+) -> Tensor:
+    """Class probabilities p(y|x, θₛ) of every parameter sample.
+
+    Args:
+        problem: the flat-parameter problem.
+        likelihood: a classification likelihood (categorical or bernoulli).
+        samples: (S, d) parameter vectors.
+        inputs: (n, ...) inputs.
+        chunk: how many samples one ``vmap`` call evaluates.
 
     Returns:
-        ``test_nll``, ``test_accuracy``, ``test_ece``, ``test_brier`` (conventions in
-        :data:`bayesflow.evaluate.metrics.CONVENTIONS`).
+        (S, n, C) probabilities on the CPU (bernoulli gives C = 2).
     """
-    probabilities = predictive_probabilities(problem, likelihood, samples, x_test, chunk)
+    pieces = [
+        likelihood.probabilities(predictive_outputs(problem, piece, inputs, chunk)).cpu()
+        for piece in _chunks(samples, chunk)
+    ]
+    return torch.cat(pieces, dim=0)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one evaluation of a posterior on a test set produced.
+
+    Attributes:
+        metrics: scalar metrics by the names runs log (``test_nll``, ``test_nll_single``,
+            ``ood_auroc_epistemic``, …).
+        arrays: per-point arrays for an ``.npz`` artifact: classification gives
+            ``probabilities`` (n, C), ``labels`` and ``uncertainty_total``,
+            ``uncertainty_aleatoric``, ``uncertainty_epistemic`` (n,), plus the same with
+            an ``ood_`` prefix (no labels) when OOD outputs were given; regression gives
+            ``predictive_mean``, ``epistemic_variance``, ``predictive_cdf``, ``targets``
+            and ``ood_epistemic_variance``.
+        conventions: the convention line of each metric, with the settings used.
+    """
+
+    metrics: dict[str, float]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    conventions: dict[str, str] = field(default_factory=dict)
+
+
+def _uncertainty_arrays(sample_probs: Tensor, prefix: str) -> dict[str, np.ndarray]:
+    decomposition = decompose_uncertainty(sample_probs)
     return {
-        "test_nll": metrics.nll(probabilities, y_test),
-        "test_accuracy": metrics.accuracy(probabilities, y_test),
-        "test_ece": metrics.ece(probabilities, y_test, bins=ece_bins),
-        "test_brier": metrics.brier(probabilities, y_test),
+        f"{prefix}probabilities": sample_probs.double().mean(dim=0).numpy(),
+        f"{prefix}uncertainty_total": decomposition.total,
+        f"{prefix}uncertainty_aleatoric": decomposition.aleatoric,
+        f"{prefix}uncertainty_epistemic": decomposition.epistemic,
     }
+
+
+def evaluate_classification(
+    outputs: Tensor,
+    likelihood: Likelihood,
+    y_test: Tensor,
+    *,
+    ece_bins: int = 10,
+    ece_binning: str = "equal_width",
+    ood_outputs: Tensor | None = None,
+) -> Evaluation:
+    """Metrics, uncertainty decomposition and OOD AUROCs of a classifier's sampled outputs.
+
+    Args:
+        outputs: (S, n, k) logits of S parameter samples on the test inputs.
+        likelihood: the classification likelihood that turns logits into probabilities.
+        y_test: (n,) labels.
+        ece_bins, ece_binning: the ECE's bins (see :func:`metrics.ece`).
+        ood_outputs: (S, m, k) logits of the same samples on OOD inputs; adds
+            ``ood_auroc_total`` and ``ood_auroc_epistemic``.
+
+    Returns:
+        An :class:`Evaluation` with ``test_nll``, ``test_accuracy``, ``test_ece``,
+        ``test_brier`` and their ``_single`` versions.
+    """
+    sample_probs = likelihood.probabilities(outputs).detach().cpu()
+    arrays = _uncertainty_arrays(sample_probs, "")
+    arrays["labels"] = y_test.detach().cpu().numpy()
+    scores = metrics.classification_metrics(arrays["probabilities"], y_test, ece_bins, ece_binning)
+    scores.update(metrics.single_sample_metrics(sample_probs, y_test, ece_bins, ece_binning))
+    if ood_outputs is not None:
+        ood_probs = likelihood.probabilities(ood_outputs).detach().cpu()
+        arrays.update(_uncertainty_arrays(ood_probs, "ood_"))
+        for kind in ("total", "epistemic"):
+            scores[f"ood_auroc_{kind}"] = ood_auroc(
+                arrays[f"uncertainty_{kind}"], arrays[f"ood_uncertainty_{kind}"]
+            )
+    return Evaluation(scores, arrays, describe(scores, ece_bins, ece_binning))
 
 
 def evaluate_regression(
-    problem: Problem,
+    outputs: Tensor,
     likelihood: Likelihood,
-    samples: Tensor,
-    x_test: Tensor,
     y_test: Tensor,
-    chunk: int = DEFAULT_CHUNK,
-) -> dict[str, float]:
-    """Summary metrics of a regression posterior predictive (gaussian likelihood).
+    *,
+    coverage_levels: Sequence[float] = metrics.DEFAULT_COVERAGE_LEVELS,
+    ood_outputs: Tensor | None = None,
+) -> Evaluation:
+    """Metrics of a regression posterior predictive (gaussian likelihood).
+
+    Args:
+        outputs: (S, n, 1) or (S, n) predicted means of S parameter samples.
+        likelihood: the gaussian likelihood (its ``noise_sd`` is σ).
+        y_test: (n,) targets.
+        coverage_levels: levels of the central predictive intervals.
+        ood_outputs: means of the same samples on OOD inputs; adds
+            ``ood_auroc_epistemic`` (the epistemic variance as score; the total variance
+            adds a constant σ², so its AUROC is the same).
 
     Returns:
-        ``test_nll`` (of the Gaussian predictive mixture) and ``test_rmse`` (of the
-        predictive mean).
+        An :class:`Evaluation` with ``test_nll`` (of the Gaussian predictive mixture),
+        ``test_rmse`` (of the predictive mean), their ``_single`` versions and
+        ``test_coverage_<level>``.
     """
-    means = predictive_outputs(problem, samples, x_test, chunk).squeeze(-1)
-    return {
-        "test_nll": metrics.gaussian_nll(means, y_test, likelihood.noise_sd),
-        "test_rmse": metrics.rmse(means, y_test),
+    means = _means(outputs)
+    scores = metrics.regression_metrics(means, y_test, likelihood.noise_sd, coverage_levels)
+    arrays = {
+        "predictive_mean": means.mean(dim=0).numpy(),
+        "epistemic_variance": means.var(dim=0, unbiased=False).numpy(),
+        "predictive_cdf": metrics.predictive_cdf(means, y_test, likelihood.noise_sd),
+        "targets": y_test.detach().cpu().numpy(),
     }
+    if ood_outputs is not None:
+        arrays["ood_epistemic_variance"] = _means(ood_outputs).var(dim=0, unbiased=False).numpy()
+        scores["ood_auroc_epistemic"] = ood_auroc(
+            arrays["epistemic_variance"], arrays["ood_epistemic_variance"]
+        )
+    return Evaluation(scores, arrays, describe(scores))
+
+
+def _means(outputs: Tensor) -> Tensor:
+    """(S, n, 1) or (S, n) outputs as (S, n) float64 on the CPU."""
+    values = outputs.detach().double().cpu()
+    return values.squeeze(-1) if values.ndim == 3 else values
 
 
 def _is_point_estimate(posterior: Posterior) -> bool:
@@ -142,6 +264,104 @@ def _is_point_estimate(posterior: Posterior) -> bool:
         and posterior.cov is None
         and posterior.var is not None
         and not bool(posterior.var.any())
+    )
+
+
+def draw_samples(posterior: Posterior, n_samples: int, generator: torch.Generator) -> Tensor:
+    """The parameter samples an evaluation uses, (S, d).
+
+    A point estimate (``mean`` with ``var`` of zeros) gives its one vector rather than
+    ``n_samples`` identical copies; a sample set is subsampled evenly.
+    """
+    if _is_point_estimate(posterior):
+        assert posterior.mean is not None
+        return posterior.mean.unsqueeze(0)
+    return posterior.sample(n_samples, generator)
+
+
+def posterior_outputs(
+    problem: Problem,
+    posterior: Posterior,
+    inputs: Tensor,
+    n_samples: int,
+    generator: torch.Generator,
+    prediction: str = "sampled",
+    chunk: int = DEFAULT_CHUNK,
+) -> Tensor:
+    """(S, n, k) outputs of one draw of posterior samples on ``inputs``.
+
+    Args:
+        problem: the flat-parameter problem.
+        posterior: the fitted posterior.
+        inputs: (n, ...) inputs; concatenate test and OOD inputs to share the draw.
+        n_samples: S (a point estimate uses its one vector, see :func:`draw_samples`).
+        generator: the random generator the draw uses.
+        prediction: ``"sampled"`` (through the network) or ``"linearized"`` (through the
+            network linearised at the mean; Gaussian posteriors only).
+        chunk: how many samples one ``vmap`` call evaluates.
+    """
+    if prediction not in PREDICTIONS:
+        raise ValueError(f"prediction must be one of {list(PREDICTIONS)}, got {prediction!r}")
+    if prediction == "linearized" and not _is_point_estimate(posterior):
+        return linearized_outputs(problem, posterior, inputs, n_samples, generator, chunk)
+    samples = draw_samples(posterior, n_samples, generator)
+    return predictive_outputs(problem, samples, inputs, chunk)
+
+
+def evaluate_full(
+    problem: Problem,
+    likelihood: Likelihood,
+    posterior: Posterior,
+    x_test: Tensor,
+    y_test: Tensor,
+    n_samples: int,
+    generator: torch.Generator,
+    ece_bins: int = 10,
+    *,
+    ece_binning: str = "equal_width",
+    coverage_levels: Sequence[float] = metrics.DEFAULT_COVERAGE_LEVELS,
+    x_ood: Tensor | None = None,
+    prediction: str = "sampled",
+    chunk: int = DEFAULT_CHUNK,
+) -> Evaluation:
+    """Draw posterior samples once; compute every metric and per-point array from them.
+
+    Args:
+        problem: the flat-parameter problem.
+        likelihood: decides the task (``likelihood.task``) and the predictive.
+        posterior: the fitted posterior.
+        x_test: (n, ...) test inputs.
+        y_test: (n,) test targets.
+        n_samples: parameter samples drawn for the predictive.
+        generator: the random generator the draw uses.
+        ece_bins, ece_binning: the ECE's bins (classification only).
+        coverage_levels: central predictive interval levels (regression only).
+        x_ood: optional out-of-distribution inputs for the OOD AUROCs, pushed through
+            the same samples as ``x_test``.
+        prediction: ``"sampled"`` or ``"linearized"`` (see :func:`posterior_outputs`).
+        chunk: how many samples one ``vmap`` call evaluates.
+
+    Returns:
+        An :class:`Evaluation`; see :data:`bayesflow.evaluate.CONVENTIONS`.
+    """
+    if likelihood.task not in ("classification", "regression"):
+        raise ValueError(
+            f"likelihood {likelihood.name!r} has task {likelihood.task!r}; expected "
+            "'classification' or 'regression'"
+        )
+    inputs = x_test if x_ood is None else torch.cat([x_test, x_ood.to(x_test)])
+    outputs = posterior_outputs(problem, posterior, inputs, n_samples, generator, prediction, chunk)
+    test_outputs, ood_outputs = outputs[:, : x_test.shape[0]], None
+    if x_ood is not None:
+        ood_outputs = outputs[:, x_test.shape[0] :]
+    if likelihood.task == "classification":
+        return evaluate_classification(
+            test_outputs, likelihood, y_test, ece_bins=ece_bins, ece_binning=ece_binning,
+            ood_outputs=ood_outputs,
+        )
+    return evaluate_regression(
+        test_outputs, likelihood, y_test, coverage_levels=coverage_levels,
+        ood_outputs=ood_outputs,
     )
 
 
@@ -154,35 +374,17 @@ def evaluate(
     n_samples: int,
     generator: torch.Generator,
     ece_bins: int = 10,
+    *,
+    ece_binning: str = "equal_width",
+    coverage_levels: Sequence[float] = metrics.DEFAULT_COVERAGE_LEVELS,
+    x_ood: Tensor | None = None,
+    prediction: str = "sampled",
+    chunk: int = DEFAULT_CHUNK,
 ) -> dict[str, float]:
-    """Draw posterior samples once and compute the task's summary metrics.
-
-    A point estimate (``mean`` with ``var`` of zeros) is evaluated with its one vector
-    rather than ``n_samples`` identical copies.
-
-    Args:
-        problem: the flat-parameter problem.
-        likelihood: decides the task (``likelihood.task``) and the predictive.
-        posterior: the fitted posterior.
-        x_test: (n, ...) test inputs.
-        y_test: (n,) test targets.
-        n_samples: parameter samples drawn for the predictive.
-        generator: the random generator the draw uses.
-        ece_bins: bins of the calibration error (classification only).
-
-    Returns:
-        A dict of metric name to float; see :data:`metrics.CONVENTIONS`.
-    """
-    if _is_point_estimate(posterior):
-        assert posterior.mean is not None
-        samples = posterior.mean.unsqueeze(0)
-    else:
-        samples = posterior.sample(n_samples, generator)
-    if likelihood.task == "classification":
-        return evaluate_classification(problem, likelihood, samples, x_test, y_test, ece_bins)
-    if likelihood.task == "regression":
-        return evaluate_regression(problem, likelihood, samples, x_test, y_test)
-    raise ValueError(
-        f"likelihood {likelihood.name!r} has task {likelihood.task!r}; expected "
-        "'classification' or 'regression'"
-    )
+    """The ``metrics`` of :func:`evaluate_full` (same arguments), for callers that only
+    log ``.items()``."""
+    return evaluate_full(
+        problem, likelihood, posterior, x_test, y_test, n_samples, generator, ece_bins,
+        ece_binning=ece_binning, coverage_levels=coverage_levels, x_ood=x_ood,
+        prediction=prediction, chunk=chunk,
+    ).metrics

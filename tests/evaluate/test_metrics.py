@@ -1,27 +1,29 @@
-"""Predictive metrics against hand-computed values, and the sampled predictive."""
+"""Predictive metrics against hand-computed values."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from bayesflow.engines.base import Posterior, Problem
 from bayesflow.evaluate import (
     CONVENTIONS,
     accuracy,
     brier,
+    classification_metrics,
+    describe,
     ece,
-    evaluate,
     gaussian_nll,
+    interval_coverage,
     nll,
-    predictive_outputs,
-    predictive_probabilities,
+    predictive_cdf,
+    regression_metrics,
     rmse,
+    single_sample_metrics,
 )
-from bayesflow.likelihoods import bernoulli, categorical, gaussian
 
 # Four points, three classes. Argmax per row: 0, 1, 2, 0 (the tie in row 4 goes to 0).
 PROBS = np.array(
@@ -33,24 +35,6 @@ PROBS = np.array(
     ]
 )
 LABELS = np.array([0, 2, 2, 1])
-
-
-def linear_problem(inputs_dim: int, outputs_dim: int, likelihood: str = "categorical") -> Problem:
-    """outputs = inputs @ params.reshape(inputs_dim, outputs_dim); no prior."""
-    dimension = inputs_dim * outputs_dim
-    return Problem(
-        forward=lambda params, inputs: inputs @ params.reshape(inputs_dim, outputs_dim),
-        log_likelihood=lambda outputs, targets: torch.zeros(outputs.shape[0]),
-        output_hessian=lambda outputs: torch.zeros(outputs.shape[0], outputs_dim, outputs_dim),
-        log_prior=lambda params: torch.zeros(()),
-        prior_precision=torch.zeros(dimension),
-        num_data=4,
-        dimension=dimension,
-        param_names=("weight",),
-        param_shapes=((inputs_dim, outputs_dim),),
-        init_params=lambda generator: torch.zeros(dimension),
-        likelihood=likelihood,
-    )
 
 
 def test_nll_hand_computed() -> None:
@@ -135,69 +119,130 @@ def test_gaussian_nll_of_mixture() -> None:
     assert value == pytest.approx((first + second) / 2)
 
 
-def test_predictive_averages_probabilities_not_logits() -> None:
-    """Logit samples (4, 0) and (0, 0) average to p₀ = (σ(4) + ½)/2, not σ(2)."""
-    problem = linear_problem(1, 2)
-    samples = torch.tensor([[4.0, 0.0], [0.0, 0.0]])
-    inputs = torch.ones(3, 1)
-    probabilities = predictive_probabilities(problem, categorical(), samples, inputs, chunk=1)
-    expected = (torch.sigmoid(torch.tensor(4.0)) + 0.5) / 2
-    assert probabilities[:, 0] == pytest.approx(torch.full((3,), expected.item()))
-    assert abs(probabilities[0, 0].item() - torch.sigmoid(torch.tensor(2.0)).item()) > 0.1
+# Confidences .95, .9, .85, .6 with the third wrong: equal-width and equal-mass bins differ.
+SPREAD_PROBS = np.array([[0.95, 0.05], [0.9, 0.1], [0.85, 0.15], [0.6, 0.4]])
+SPREAD_LABELS = np.array([0, 0, 1, 0])
 
 
-def test_predictive_outputs_shape_and_chunking() -> None:
-    """Outputs are (S, n, k) and do not depend on the chunk size."""
-    problem = linear_problem(3, 2)
-    generator = torch.Generator().manual_seed(0)
-    samples = torch.randn(5, 6, generator=generator)
-    inputs = torch.randn(4, 3, generator=generator)
-    whole = predictive_outputs(problem, samples, inputs, chunk=64)
-    pieces = predictive_outputs(problem, samples, inputs, chunk=2)
-    assert whole.shape == (5, 4, 2)
-    assert torch.allclose(whole, pieces)
-    assert torch.allclose(whole[3], inputs @ samples[3].reshape(3, 2))
+def test_ece_equal_width_two_bins_holds_all_in_one() -> None:
+    """All four confidences fall in (.5, 1]: acc .75, conf .825, ECE .075."""
+    assert ece(SPREAD_PROBS, SPREAD_LABELS, bins=2) == pytest.approx(0.075)
 
 
-@pytest.mark.parametrize(
-    "likelihood", [categorical(), bernoulli()], ids=["categorical", "bernoulli"]
-)
-def test_evaluate_classification_is_finite(likelihood) -> None:
-    """A Gaussian posterior gives the four classification metrics, all finite."""
-    outputs = 3 if likelihood.name == "categorical" else 1
-    problem = linear_problem(2, outputs)
-    generator = torch.Generator().manual_seed(1)
-    posterior = Posterior(mean=torch.zeros(2 * outputs), var=torch.ones(2 * outputs))
-    x_test = torch.randn(8, 2, generator=generator)
-    y_test = torch.randint(0, max(outputs, 2), (8,), generator=generator)
-    result = evaluate(problem, likelihood, posterior, x_test, y_test, 10, generator, ece_bins=5)
-    assert set(result) == {"test_nll", "test_accuracy", "test_ece", "test_brier"}
-    assert all(math.isfinite(value) for value in result.values())
-    assert set(result) <= set(CONVENTIONS)
+def test_ece_equal_mass_hand_computed() -> None:
+    """The median edge .875 splits {.6, .85} (acc .5, conf .725) from {.9, .95} (acc 1, conf .925).
+
+    ECE = .5 · .225 + .5 · .075 = .15.
+    """
+    value = ece(SPREAD_PROBS, SPREAD_LABELS, bins=2, binning="equal_mass")
+    assert value == pytest.approx(0.15)
 
 
-def test_evaluate_point_estimate_matches_metrics() -> None:
-    """A mean with zero variance is evaluated as its single parameter vector."""
-    problem = linear_problem(1, 2)
-    posterior = Posterior(mean=torch.tensor([1.0, 0.0]), var=torch.zeros(2))
-    x_test, y_test = torch.ones(2, 1), torch.tensor([0, 1])
-    result = evaluate(problem, categorical(), posterior, x_test, y_test, 50, torch.Generator())
-    probability = torch.sigmoid(torch.tensor(1.0)).item()
-    assert result["test_nll"] == pytest.approx(
-        -(math.log(probability) + math.log(1 - probability)) / 2
+def test_ece_equal_mass_does_not_depend_on_order() -> None:
+    """Tied confidences share a bin, so shuffling the points leaves ECE unchanged."""
+    generator = np.random.default_rng(0)
+    probs = np.repeat(np.array([[0.6, 0.4], [0.8, 0.2], [0.9, 0.1]]), 5, axis=0)
+    labels = generator.integers(0, 2, size=15)
+    order = generator.permutation(15)
+    first = ece(probs, labels, bins=4, binning="equal_mass")
+    assert ece(probs[order], labels[order], bins=4, binning="equal_mass") == pytest.approx(first)
+
+
+def test_ece_rejects_unknown_binning() -> None:
+    """A binning scheme outside equal_width / equal_mass is refused by name."""
+    with pytest.raises(ValueError, match="binning must be one of .*'quantile'"):
+        ece(PROBS, LABELS, binning="quantile")
+
+
+def test_classification_metrics_names_and_values() -> None:
+    """The dict holds the four summary metrics under their logged names."""
+    values = classification_metrics(PROBS, LABELS, bins=2)
+    assert values == pytest.approx(
+        {"test_nll": nll(PROBS, LABELS), "test_accuracy": 0.5, "test_ece": 0.1, "test_brier": 0.485}
     )
-    assert result["test_accuracy"] == pytest.approx(0.5)
 
 
-def test_evaluate_regression() -> None:
-    """A gaussian likelihood gives test_nll of the mixture and test_rmse of the mean."""
-    problem = linear_problem(1, 1, likelihood="gaussian")
-    posterior = Posterior(samples=torch.tensor([[1.0], [3.0]]))
-    x_test, y_test = torch.ones(3, 1), torch.tensor([2.0, 4.0, 0.0])
-    result = evaluate(
-        problem, gaussian(noise_sd=1.0), posterior, x_test, y_test, 2, torch.Generator()
-    )
-    assert set(result) == {"test_nll", "test_rmse"}
-    assert result["test_rmse"] == pytest.approx(math.sqrt(8 / 3))
-    means = np.array([[1.0] * 3, [3.0] * 3])
-    assert result["test_nll"] == pytest.approx(gaussian_nll(means, y_test.numpy(), 1.0))
+def test_single_sample_metrics_average_each_sample() -> None:
+    """A certain-and-right sample and a uniform one: single NLL (0 + log 2)/2, accuracy .75.
+
+    Brier: 0 and .5, mean .25; the ensemble (.75 on the label) would give NLL −log .75.
+    """
+    certain = np.array([[1.0, 0.0], [0.0, 1.0]])
+    uniform = np.full((2, 2), 0.5)
+    single = single_sample_metrics(np.stack([certain, uniform]), np.array([0, 1]))
+    assert single["test_nll_single"] == pytest.approx(math.log(2) / 2)
+    assert single["test_accuracy_single"] == pytest.approx(0.75)
+    assert single["test_brier_single"] == pytest.approx(0.25)
+    assert set(single) == {"test_nll_single", "test_accuracy_single", "test_ece_single",
+                           "test_brier_single"}
+
+
+def test_single_sample_metrics_of_one_sample_are_the_ensemble_ones() -> None:
+    """With S = 1 every single-sample metric equals its ensemble counterpart."""
+    single = single_sample_metrics(PROBS[None], LABELS, bins=2)
+    ensemble = classification_metrics(PROBS, LABELS, bins=2)
+    assert single == pytest.approx({f"{name}_single": value for name, value in ensemble.items()})
+
+
+def test_predictive_cdf_of_a_mixture() -> None:
+    """Components at −1 and 1 (σ = 1): F(0) = (Φ(1) + Φ(−1))/2 = .5 and F(1) = (Φ(2) + .5)/2."""
+    means = np.array([[-1.0, -1.0], [1.0, 1.0]])
+    phi_2 = 0.5 * (1 + math.erf(2 / math.sqrt(2)))
+    values = predictive_cdf(means, np.array([0.0, 1.0]), 1.0)
+    assert values == pytest.approx([0.5, (phi_2 + 0.5) / 2])
+
+
+def test_interval_coverage_hand_computed() -> None:
+    """N(0, 1) predictive, targets .5, 1, 2: |F − ½| = .191, .341, .477.
+
+    The 50% interval (half-width .25 in F) holds one, the 90% (.45) and 95% (.475) two,
+    the 99% (.495) all three.
+    """
+    coverage = interval_coverage(np.zeros((1, 3)), np.array([0.5, 1.0, 2.0]), 1.0,
+                                 levels=(0.5, 0.9, 0.95, 0.99))
+    assert coverage == pytest.approx([1 / 3, 2 / 3, 2 / 3, 1.0])
+
+
+def test_interval_coverage_is_calibrated_for_the_true_predictive() -> None:
+    """Targets drawn from the predictive itself are covered at the nominal rates."""
+    generator = np.random.default_rng(0)
+    centres = generator.choice([-2.0, 2.0], size=20_000)
+    targets = centres + generator.standard_normal(20_000)
+    means = np.full((2, 20_000), -2.0)
+    means[1] = 2.0  # the mixture ½N(−2, 1) + ½N(2, 1) at every point
+    coverage = interval_coverage(means, targets, 1.0, levels=(0.5, 0.9, 0.95))
+    assert coverage == pytest.approx([0.5, 0.9, 0.95], abs=0.01)
+
+
+def test_interval_coverage_rejects_levels_outside_unit_interval() -> None:
+    """A level of 90 (a percentage) is refused."""
+    with pytest.raises(ValueError, match=r"levels must lie in \(0, 1\)"):
+        interval_coverage(np.zeros((1, 3)), np.zeros(3), 1.0, levels=(90,))
+
+
+def test_regression_metrics_names() -> None:
+    """Regression gives NLL, RMSE, their single-sample versions and one coverage per level."""
+    values = regression_metrics(np.zeros((2, 3)), np.zeros(3), 1.0, levels=(0.5, 0.9, 0.975))
+    assert set(values) == {"test_nll", "test_rmse", "test_nll_single", "test_rmse_single",
+                           "test_coverage_50", "test_coverage_90", "test_coverage_97.5"}
+
+
+def test_regression_single_sample_rmse_is_the_mean_over_samples() -> None:
+    """Samples [1,1] and [3,3] against targets [2,2]: each RMSE 1, the mean's RMSE 0."""
+    values = regression_metrics(np.array([[1.0, 1.0], [3.0, 3.0]]), np.array([2.0, 2.0]), 1.0)
+    assert values["test_rmse_single"] == pytest.approx(1.0)
+    assert values["test_rmse"] == pytest.approx(0.0)
+
+
+def test_convention_keys_are_valid_mlflow_names() -> None:
+    """Every key is logged as an MLflow tag: letters, digits, _ - . / and spaces only."""
+    assert all(re.fullmatch(r"[\w\-./ ]+", key) for key in CONVENTIONS)
+
+
+def test_describe_writes_in_the_ece_settings() -> None:
+    """The logged ECE convention names the bins and scheme the evaluation used."""
+    described = describe(["test_ece", "test_coverage_80", "kinetic_temperature/0.weight"],
+                         ece_bins=15, ece_binning="equal_mass")
+    assert described["test_ece"].startswith("15 equal-mass bins")
+    assert "central 80% interval" in described["test_coverage_80"]
+    assert described["kinetic_temperature/0.weight"] == CONVENTIONS["kinetic_temperature"]
