@@ -6,13 +6,15 @@ PyPI; this project's distribution is ``bayesflow-workflows``.
 
 from __future__ import annotations
 
-from bayesflow.api import RunResult, load, plan, plan_table, results, run
+from bayesflow.api import RunResult, histories, load, plan, plan_table, report, results, run
 from bayesflow.errors import BayesflowError, SpecError, StageError
 
 __all__ = [
     "BayesflowError",
     "RunResult",
     "SpecError",
+    "histories",
+    "report",
     "StageError",
     "load",
     "plan",

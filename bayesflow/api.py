@@ -22,7 +22,8 @@ from bayesflow.errors import TrackingError
 from bayesflow.spec.load import LoadedSpec, load_spec
 
 __all__ = [
-    "RunResult", "load", "plan", "plan_table", "report", "results", "run", "tracking_uri_of",
+    "RunResult", "histories", "load", "plan", "plan_table", "report", "results", "run",
+    "tracking_uri_of",
 ]
 
 
@@ -42,16 +43,23 @@ def plan(loaded: LoadedSpec, dataset: Dataset | None = None) -> Plan:
 
 
 def plan_table(loaded: LoadedSpec, force: Sequence[str] | bool = False) -> list[dict[str, Any]]:
-    """One row per stage: name, kind, status (new / cached / forced / always), key, inputs."""
+    """One row per stage: name, kind, status (new / cached / stale / forced / always), the
+    reason of a stale status (what changed since the stage last finished), key, inputs."""
+    from bayesflow.dag.plan import describe_change
+
     the_plan = plan(loaded)
     cache = Cache(loaded.spec.execution.cache_dir)
-    return [
-        {
-            "stage": stage.name, "kind": stage.kind, "status": stage_status(stage, cache, force),
+    index = cache.index(the_plan.workflow)
+    rows = []
+    for stage in the_plan.order():
+        status = stage_status(stage, cache, force, index)
+        previous = index.get(stage.name) or {}
+        reason = describe_change(stage, previous.get("config") or {}) if status == "stale" else ""
+        rows.append({
+            "stage": stage.name, "kind": stage.kind, "status": status, "reason": reason,
             "key": stage.key, "inputs": list(stage.inputs),
-        }
-        for stage in the_plan.order()
-    ]
+        })
+    return rows
 
 
 def tracking_uri_of(loaded: LoadedSpec) -> str:
@@ -221,6 +229,31 @@ def results(
     return results_frame(tracker, run_ids)
 
 
+def histories(
+    run_id: str, key: str = "train_loss", *, tracking_uri: str | None = None, tracker: Any = None
+) -> Any:
+    """The per-epoch history of ``key`` of every fit of a run, as a long DataFrame.
+
+    Columns: ``method``, ``engine``, ``temperature``, ``seed``, ``run_id``, ``step``, ``value``.
+    """
+    import pandas as pd
+
+    from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
+
+    if tracker is None:
+        tracker = MlflowTracker(resolve_tracking_uri(tracking_uri or "sqlite:///mlflow.db", Path.cwd()))
+    frame = results(run_id, tracker=tracker)
+    rows = []
+    for record in frame.itertuples():
+        for step, value in tracker.get_history(record.run_id, key):
+            rows.append({
+                "method": record.method, "engine": record.engine, "temperature": record.temperature,
+                "seed": record.seed, "run_id": record.run_id, "step": step, "value": value,
+            })
+    columns = ["method", "engine", "temperature", "seed", "run_id", "step", "value"]
+    return pd.DataFrame(rows, columns=columns)
+
+
 def report(
     run_id: str,
     *,
@@ -255,7 +288,17 @@ def report(
         "run_id": run_id, "tracking_uri": tracker.uri, "workflow": spec.name,
         "spec_yaml": loaded.to_yaml(), "plots": list(spec.plots),
     }
-    rendered = render_report(template or spec.report.template, parameters, target)
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            check = tracker.download_artifact(run_id, "prior_predictive/prior_predictive.npz", folder)
+        except TrackingError:
+            check = None
+        if check is not None:
+            kept = target / "prior_predictive.npz"
+            target.mkdir(parents=True, exist_ok=True)
+            kept.write_bytes(Path(check).read_bytes())
+            parameters["prior_predictive_path"] = str(kept)
+        rendered = render_report(template or spec.report.template, parameters, target)
     for path in (rendered.notebook, rendered.html):
         tracker.log_artifact(run_id, path, "report")
     return rendered.html

@@ -1,30 +1,40 @@
-"""The command line: ``bayesflow run | validate | plan | ui | schema | engines``.
+"""The command line: ``bayesflow validate | plan | run | ui | schema`` and the registry
+listings ``bayesflow engines | models | datasets | likelihoods | priors | plots``.
 
 Exit codes (a contract other tools rely on): 0 success; 1 a stage failed; 2 usage
-error; 3 the spec is invalid. The commands hold no logic: they call :mod:`bayesflow.api`.
+error; 3 the spec is invalid. Errors print as messages, never as a Python traceback
+unless ``--debug`` is given. The commands hold no logic: they call :mod:`bayesflow.api`
+and :mod:`bayesflow.spec.catalog`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import sys
+import textwrap
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from bayesflow.errors import BayesflowError, SpecError
+from bayesflow.errors import BayesflowError
 
 __all__ = ["app", "main"]
+
+REGISTRIES = "Registries: what a spec can name"
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Declarative workflows for tempered Bayesian deep learning posteriors.",
 )
 console = Console(stderr=True, soft_wrap=True)
@@ -33,91 +43,167 @@ output = Console(soft_wrap=True)
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 DEBUG = {"on": False}
 
-SPEC_ARGUMENT = typer.Argument(..., help="The workflow YAML file.", show_default=False)
+SPEC_ARGUMENT = typer.Argument(..., help="The workflow YAML file.", show_default=False, metavar="SPEC")
 OVERRIDES_ARGUMENT = typer.Argument(
-    None, help="Overrides such as `temperatures=[0.1,1] methods.vi.epochs=5` (`+key=value` adds a key)."
+    None,
+    metavar="KEY=VALUE",
+    help="Overrides such as `temperatures=[0.1,1] methods.vi.epochs=5` (`+key=value` adds a key).",
 )
+FORCE_OPTION = typer.Option(
+    None, "--force", help="Rerun stages whose name matches this glob (repeatable; `*` for all)."
+)
+OUT_OPTION = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout.")
+
+
+def _traceback(error: BaseException) -> None:
+    console.print("".join(traceback.format_exception(error)).rstrip(), markup=False, highlight=False)
 
 
 def _fail(error: BayesflowError) -> None:
+    """Print ``error`` (after its traceback with ``--debug``) and exit with its code."""
     if DEBUG["on"]:
-        raise error
+        _traceback(error)
     console.print("[bold red]error:[/]", end=" ")
     console.print(str(error), markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(getattr(error, "exit_code", 1))
 
 
-def _load(spec: Path, overrides: Optional[list[str]]) -> Any:
+def _crash(error: Exception) -> None:
+    """Report an error bayesflow did not expect: one line, or the traceback with --debug."""
+    if DEBUG["on"]:
+        _traceback(error)
+    console.print("[bold red]internal error:[/]", end=" ")
+    console.print(
+        f"{type(error).__name__}: {error}. This is a bug in bayesflow: rerun with --debug "
+        "for the traceback and report it.",
+        markup=False, highlight=False, soft_wrap=True,
+    )
+    raise typer.Exit(1)
+
+
+def _guarded(command: Callable[..., None]) -> Callable[..., None]:
+    """Run ``command`` so that an error reaches the user as a message, never as a
+    traceback (unless ``--debug``): a bayesflow error with its exit code, anything else
+    as an internal error (exit 1)."""
+
+    @functools.wraps(command)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except BayesflowError as error:
+            _fail(error)
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as error:  # noqa: BLE001 - the last line of defence
+            _crash(error)
+
+    return guarded
+
+
+def _load(spec: Path, overrides: list[str] | None) -> Any:
     from bayesflow.api import load
 
-    try:
-        return load(spec, overrides or [])
-    except SpecError as error:
-        _fail(error)
+    return load(spec, overrides or [])
 
 
 @app.callback()
 def _options(
     debug: bool = typer.Option(False, "--debug", help="Show Python tracebacks of errors."),
 ) -> None:
+    """Declarative workflows for tempered Bayesian deep learning posteriors."""
     DEBUG["on"] = debug
 
 
 @app.command()
+@_guarded
 def validate(
     spec: Path = SPEC_ARGUMENT,
-    overrides: Optional[list[str]] = OVERRIDES_ARGUMENT,
+    overrides: list[str] | None = OVERRIDES_ARGUMENT,
     resolved: bool = typer.Option(False, "--resolved", help="Print the resolved spec with defaults."),
 ) -> None:
-    """Check a spec; exit 0 when valid, 3 with every problem listed when not."""
+    """Check a spec: exit 0 when valid, 3 with every problem located."""
     loaded = _load(spec, overrides)
     if resolved:
-        output.print(loaded.to_yaml(), markup=False, highlight=False)
+        sys.stdout.write(loaded.to_yaml())
     else:
         output.print(f"{spec}: valid ({len(loaded.spec.methods)} methods, "
-                     f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds)")
+                     f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds)",
+                     markup=False, highlight=False)
 
 
 @app.command()
+@_guarded
 def plan(
     spec: Path = SPEC_ARGUMENT,
-    overrides: Optional[list[str]] = OVERRIDES_ARGUMENT,
-    dag: bool = typer.Option(False, "--dag", help="Show each stage's inputs."),
+    overrides: list[str] | None = OVERRIDES_ARGUMENT,
+    dag: bool = typer.Option(False, "--dag", help="Show the graph: each stage and its inputs."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
-    """Print the stages a run would execute, each marked new or cached, without running."""
+    """Show the stages a run would execute: new, cached or stale (and why)."""
     from bayesflow.api import plan_table
 
     loaded = _load(spec, overrides)
-    try:
-        rows = plan_table(loaded)
-    except BayesflowError as error:
-        _fail(error)
+    rows = plan_table(loaded)
     if as_json:
         output.print_json(json.dumps(rows))
         return
-    table = Table(title=f"plan of {loaded.spec.name}")
-    for column in ("stage", "kind", "status", "key"):
-        table.add_column(column)
     if dag:
-        table.add_column("inputs")
+        output.print(_dag_text(rows), markup=False, highlight=False)
+    else:
+        output.print(_plan_rich_table(rows, loaded.spec.name))
+    output.print(_counts_text(rows), markup=False, highlight=False)
+
+
+def _plan_rich_table(rows: list[dict[str, Any]], workflow: str) -> Table:
+    table = Table(title=f"plan of {workflow}")
+    table.add_column("stage", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("key", no_wrap=True)
+    stale = any(row["reason"] for row in rows)
+    if stale:
+        table.add_column("why stale")
     for row in rows:
-        cells = [row["stage"], row["kind"], row["status"], row["key"]]
-        if dag:
-            cells.append(", ".join(row["inputs"]) if len(row["inputs"]) <= 3 else f"{len(row['inputs'])} stages")
-        table.add_row(*cells)
-    output.print(table)
-    counts: dict[str, int] = {}
+        table.add_row(row["stage"], row["status"], row["key"], *([row["reason"]] if stale else []))
+    return table
+
+
+def _dag_text(rows: list[dict[str, Any]]) -> str:
+    """The graph as indented text: each stage (inputs first), its inputs below it."""
+    lines = []
     for row in rows:
-        counts[f"{row['kind']} {row['status']}"] = counts.get(f"{row['kind']} {row['status']}", 0) + 1
-    output.print(", ".join(f"{count} {name}" for name, count in sorted(counts.items())))
+        reason = f": {row['reason']}" if row["reason"] else ""
+        lines.append(f"{row['stage']}  [{row['status']}{reason}]")
+        lines += [f"    <- {name}" for name in row["inputs"]]
+    return "\n".join(lines)
+
+
+def _counts_text(rows: list[dict[str, Any]]) -> str:
+    """Stages per kind and status: ``fit: 3 new, 2 stale`` per line, then the total."""
+    by_kind: dict[str, dict[str, int]] = {}
+    totals: dict[str, int] = {}
+    for row in rows:
+        statuses = by_kind.setdefault(row["kind"], {})
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+        totals[row["status"]] = totals.get(row["status"], 0) + 1
+
+    def phrase(counts: dict[str, int]) -> str:
+        return ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+
+    lines = [f"{kind}: {phrase(counts)}" for kind, counts in by_kind.items()]
+    return "\n".join([*lines, f"{len(rows)} stages: {phrase(totals)}"])
 
 
 class ProgressHook:
     """Shows one line per stage as it starts and finishes."""
 
     def __init__(self, total: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -182,18 +268,17 @@ def _summary(result: Any) -> None:
 
 
 @app.command()
+@_guarded
 def run(
     spec: Path = SPEC_ARGUMENT,
-    overrides: Optional[list[str]] = OVERRIDES_ARGUMENT,
-    force: Optional[list[str]] = typer.Option(
-        None, "--force", help="Rerun stages whose name matches this glob (repeatable; `*` for all)."
-    ),
-    keep_going: Optional[bool] = typer.Option(
+    overrides: list[str] | None = OVERRIDES_ARGUMENT,
+    force: list[str] | None = FORCE_OPTION,
+    keep_going: bool | None = typer.Option(
         None, "--keep-going/--fail-fast",
         help="Keep running independent stages after one fails (default: on, from execution.keep_going).",
     ),
 ) -> None:
-    """Run a workflow: fit every method × temperature × seed, evaluate, plot, report."""
+    """Fit every method × temperature × seed, evaluate, plot and report."""
     from bayesflow.api import plan as plan_of
     from bayesflow.api import run as run_workflow
     from bayesflow.api import tracking_uri_of
@@ -209,18 +294,17 @@ def run(
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: finished stages are cached; rerun the same command to resume")
         raise typer.Exit(130) from None
-    except BayesflowError as error:
-        _fail(error)
     _summary(result)
     raise typer.Exit(result.exit_code)
 
 
 @app.command()
+@_guarded
 def ui(
     tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="The MLflow store."),
     port: int = typer.Option(5000, "--port", help="Port of the UI."),
 ) -> None:
-    """Open the MLflow UI on the bayesflow store (the same default as `run`)."""
+    """Open the MLflow UI on the bayesflow store (`run`'s default)."""
     from bayesflow.tracking import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, Path.cwd())
@@ -230,48 +314,116 @@ def ui(
 
 
 @app.command()
+@_guarded
 def schema(
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
+    out: Path | None = OUT_OPTION,
+    markdown: bool = typer.Option(
+        False, "--markdown", help="Write the Markdown reference of every key (docs/spec.md) instead."
+    ),
 ) -> None:
-    """Write the JSON Schema of the spec (for editors with a YAML language server)."""
-    from bayesflow.spec.models import WorkflowSpec
+    """Write the spec's JSON Schema (for editors), or its Markdown reference."""
+    if markdown:
+        from bayesflow.spec.reference import markdown_reference
 
-    text = json.dumps(WorkflowSpec.model_json_schema(by_alias=True), indent=2)
-    if out is None:
-        output.print(text, markup=False, highlight=False)
+        text = markdown_reference()
     else:
-        out.write_text(text + "\n")
+        from bayesflow.spec.models import WorkflowSpec
+
+        text = json.dumps(WorkflowSpec.model_json_schema(by_alias=True), indent=2) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text)
         console.print(f"wrote {out}")
 
 
-@app.command()
-def engines() -> None:
-    """List the inference engines with their parameters and defaults."""
-    from bayesflow.spec.methods import ENGINE_SPECS
+def _listing(kind: str, singular: str) -> None:
+    """Register the command listing one registry (``bayesflow engines`` and friends)."""
 
-    table = Table(title="engines")
-    table.add_column("engine")
-    table.add_column("what")
-    table.add_column("parameters (default)")
-    for name, model in ENGINE_SPECS.items():
-        fields = [
-            f"{field.alias or key}={'required' if field.is_required() else _default(field)}"
-            for key, field in model.model_fields.items() if key != "engine"
-        ]
-        table.add_row(name, (model.__doc__ or "").strip().splitlines()[0], ", ".join(fields))
+    def command(
+        name: str | None = typer.Argument(
+            None, help=f"Show one {singular}'s keys with types and descriptions.", show_default=False
+        ),
+    ) -> None:
+        from bayesflow.spec.catalog import entries
+
+        found = entries(kind)
+        if name is None:
+            output.print(_entries_text(found, singular), markup=False, highlight=False)
+            output.print(f"\n`bayesflow {kind} NAME` shows one {singular}'s keys in full.",
+                         markup=False, highlight=False)
+            return
+        chosen = [entry for entry in found if name in entry.names]
+        if not chosen:
+            from bayesflow.registry import closest
+
+            names = [each for entry in found for each in entry.names]
+            hint = closest(name, names)
+            suggestion = f"; did you mean {hint!r}?" if hint else ""
+            console.print(f"[bold red]error:[/] unknown {singular} {name!r}{suggestion} "
+                          f"(expected one of: {', '.join(names)})", highlight=False)
+            raise typer.Exit(2)
+        output.print(_entry_table(chosen[0], singular))
+
+    command.__doc__ = f"The {kind} a spec can name, with keys and defaults."
+    app.command(name=kind, rich_help_panel=REGISTRIES)(_guarded(command))
+
+
+def _entries_text(found: list[Any], singular: str) -> str:
+    """Each entry's names, summary and ``key=default`` list, wrapped to the terminal."""
+    width = max(40, output.width)
+    blocks = []
+    for entry in found:
+        keys = ", ".join(
+            f"{p.key} (required)" if p.default == "required" else f"{p.key}={p.default}"
+            for p in entry.parameters
+        ) or f"(no keys besides the {singular}'s name)"
+        blocks.append("\n".join([
+            ", ".join(entry.names),
+            textwrap.fill(entry.summary, width, initial_indent="  ", subsequent_indent="  "),
+            textwrap.fill(keys, width, initial_indent="  ", subsequent_indent="    ",
+                          break_on_hyphens=False),
+        ]))
+    return "\n\n".join(blocks)
+
+
+def _entry_table(entry: Any, singular: str) -> Table:
+    table = Table(title=f"{singular} {', '.join(entry.names)}: {entry.summary}")
+    for column in ("key", "type", "default", "description"):
+        table.add_column(column)
+    for parameter in entry.parameters:
+        table.add_row(parameter.key, parameter.type, parameter.default, parameter.description)
+    return table
+
+
+for _kind, _singular in (
+    ("engines", "engine"), ("models", "model"), ("datasets", "dataset"),
+    ("likelihoods", "likelihood"), ("priors", "prior"),
+):
+    _listing(_kind, _singular)
+
+
+@app.command(rich_help_panel=REGISTRIES)
+@_guarded
+def plots() -> None:
+    """The plots a spec can list under `plots:`."""
+    from bayesflow.spec.catalog import plot_entries
+
+    table = Table(title="plots")
+    table.add_column("plot")
+    table.add_column("draws")
+    for name, what in plot_entries():
+        table.add_row(name, what)
     output.print(table)
 
 
-def _default(field: Any) -> str:
-    value = field.get_default(call_default_factory=True)
-    if hasattr(value, "model_dump"):
-        value = value.model_dump()
-    return repr(value)
-
-
 def main() -> None:
-    """Entry point of the ``bayesflow`` script."""
-    app()
+    """Entry point of the ``bayesflow`` script (``--debug`` is accepted anywhere)."""
+    arguments = sys.argv[1:]
+    if "--debug" in arguments[1:] and "--" not in arguments[: arguments.index("--debug")]:
+        arguments.remove("--debug")
+        arguments.insert(0, "--debug")
+    app(args=arguments, prog_name="bayesflow")
 
 
 if __name__ == "__main__":

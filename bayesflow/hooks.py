@@ -21,7 +21,13 @@ from typing import Any
 from bayesflow.dag.cache import Cache, Entry
 from bayesflow.dag.plan import Plan, Stage
 from bayesflow.spec.load import LoadedSpec
-from bayesflow.stages import POSTERIOR_FILE, describe_error, fit_parameters
+from bayesflow.stages import (
+    EVALUATION_FILE,
+    POSTERIOR_FILE,
+    PRIOR_PREDICTIVE_FILE,
+    describe_error,
+    fit_parameters,
+)
 
 __all__ = ["STAGES_ARTIFACT", "TrackingHook", "end_stale_runs"]
 
@@ -111,6 +117,9 @@ class TrackingHook:
             self.status[stage.name] = "FINISHED"
         elif stage.kind == "evaluate":
             self._log_evaluation(stage, entry)
+        elif stage.kind == "prior_predictive":
+            self.tracker.log_metrics(self.parent_id, entry.values["metrics"])
+            self.tracker.log_artifact(self.parent_id, entry.file(PRIOR_PREDICTIVE_FILE), "prior_predictive")
         elif stage.kind == "report":
             for name in ("notebook", "html"):
                 self.tracker.log_artifact(self.parent_id, entry.values[name], "report")
@@ -167,14 +176,14 @@ class TrackingHook:
 
     def _log_fit(self, run_id: str, entry: Entry) -> None:
         values = entry.values
-        self.tracker.log_metrics(run_id, {"fit_seconds": values["fit_seconds"], "steps": values["steps"]})
+        metrics = {"fit_seconds": values["fit_seconds"], "steps": values["steps"]}
+        metrics.update(values.get("diagnostics", {}))
+        self.tracker.log_metrics(run_id, metrics)
         if values.get("history"):
             self.tracker.log_history(run_id, "train_loss", values["history"])
         self.tracker.log_artifact(run_id, entry.file(POSTERIOR_FILE), "posterior")
 
     def _log_evaluation(self, stage: Stage, entry: Entry) -> None:
-        from bayesflow.evaluate import CONVENTIONS
-
         run_id = self.runs.get(stage.name.replace("evaluate/", "fit/", 1))
         if run_id is None:
             return
@@ -182,7 +191,10 @@ class TrackingHook:
         if record and record.get("run_id") == run_id:
             return  # already logged into this run
         self.tracker.log_metrics(run_id, entry.values["metrics"])
-        self.tracker.set_tags(run_id, {f"metric.{k}": v for k, v in CONVENTIONS.items()})
+        conventions = entry.values.get("conventions", {})
+        self.tracker.set_tags(run_id, {f"convention.{k}": str(v)[:5000] for k, v in conventions.items()})
+        if entry.file(EVALUATION_FILE).exists():
+            self.tracker.log_artifact(run_id, entry.file(EVALUATION_FILE), "evaluation")
         self.cache.write_record(stage.key, "mlflow", {"run_id": run_id})
 
     def publish_stages(self) -> None:

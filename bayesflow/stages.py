@@ -24,6 +24,8 @@ from bayesflow.spec.load import LoadedSpec
 __all__ = ["POSTERIOR_FILE", "StageRunner", "fit_parameters"]
 
 POSTERIOR_FILE = "posterior.npz"
+EVALUATION_FILE = "evaluation.npz"
+PRIOR_PREDICTIVE_FILE = "prior_predictive.npz"
 
 
 def fit_parameters(loaded: LoadedSpec, stage: Stage) -> dict[str, Any]:
@@ -83,6 +85,7 @@ class StageRunner:
             "evaluate": self.evaluate,
             "plot": self.plot,
             "report": self.report,
+            "prior_predictive": self.prior_predictive,
         }[stage.kind]
         return runner(stage, inputs, staging)
 
@@ -169,12 +172,21 @@ class StageRunner:
         except DivergenceError as exc:
             raise DivergenceError(f"{_cell(stage)} diverged: {exc}") from exc
         seconds = time.perf_counter() - began
+        diagnostics = {}
+        if self.loaded.spec.evaluate.diagnostics:
+            from bayesflow.evaluate.sampler import sampler_diagnostics
+
+            chains = getattr(config, "chains", 1) if getattr(config, "keep", "all") == "all" else 1
+            diagnostics = sampler_diagnostics(
+                problem, tempering, result.state, result.posterior, chains, x_train, y_train
+            )
         posterior = result.posterior if embed is None else embed(result.posterior)
         np.savez(staging / POSTERIOR_FILE, **posterior.to_arrays(full_problem))
         return {
             "fit_seconds": seconds,
             "steps": int(result.steps),
             "history": [float(value) for value in result.history],
+            "diagnostics": diagnostics,
         }
 
     def evaluate(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
@@ -182,7 +194,7 @@ class StageRunner:
         import torch
 
         from bayesflow.engines.base import Posterior
-        from bayesflow.evaluate import evaluate
+        from bayesflow.evaluate import evaluate_full
 
         (fitted,) = inputs.values()
         problem, likelihood, _ = self._problem(stage)
@@ -195,14 +207,40 @@ class StageRunner:
         generator = torch.Generator(device=problem.device).manual_seed(10_000 + int(stage.seed or 0))
         x_test, y_test = self._tensors(self.dataset.x_test, self.dataset.y_test, problem.device)
         settings = self.loaded.spec.evaluate
-        metrics = evaluate(
+        x_ood = None
+        if self.dataset.x_ood is not None:
+            x_ood = torch.as_tensor(self.dataset.x_ood, device=problem.device)
+        result = evaluate_full(
             problem, likelihood, posterior, x_test, y_test,
             n_samples=settings.n_samples, generator=generator, ece_bins=settings.ece_bins,
+            ece_binning=settings.ece_binning, coverage_levels=settings.coverage_levels,
+            x_ood=x_ood, prediction=settings.prediction if posterior.kind == "gaussian" else "sampled",
         )
-        bad = [name for name, value in metrics.items() if not np.isfinite(value)]
+        bad = [name for name, value in result.metrics.items() if not np.isfinite(value)]
         if bad:
             raise StageError(f"{_cell(stage)}: metrics {bad} are not finite; the fit may have diverged")
-        return {"metrics": {name: float(value) for name, value in metrics.items()}}
+        np.savez_compressed(staging / EVALUATION_FILE, **result.arrays)
+        return {
+            "metrics": {name: float(value) for name, value in result.metrics.items()},
+            "conventions": dict(result.conventions),
+        }
+
+    def prior_predictive(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
+        """Class probabilities that draws from the prior give the test inputs."""
+        import torch
+
+        from bayesflow.evaluate.prior_predictive import prior_predictive
+
+        problem, likelihood, _ = self._problem(stage)
+        if likelihood.task != "classification":
+            raise StageError("evaluate.prior_predictive needs a classification likelihood")
+        generator = torch.Generator(device=problem.device).manual_seed(20_000 + int(stage.seed or 0))
+        x_test = torch.as_tensor(self.dataset.x_test, device=problem.device)
+        check = prior_predictive(
+            problem, likelihood, x_test, self.loaded.spec.evaluate.prior_draws, generator
+        )
+        np.savez_compressed(staging / PRIOR_PREDICTIVE_FILE, **check.arrays())
+        return {"metrics": check.metrics()}
 
     # ---------------------------------------------------------------- report side
 
@@ -243,6 +281,8 @@ class StageRunner:
             "spec_yaml": self.loaded.to_yaml(),
             "plots": list(spec.plots),
         }
+        if "prior_predictive" in inputs:
+            parameters["prior_predictive_path"] = str(inputs["prior_predictive"].file(PRIOR_PREDICTIVE_FILE))
         rendered = render_report(spec.report.template, parameters, self.report_dir)
         return {"notebook": str(rendered.notebook), "html": str(rendered.html)}
 

@@ -20,6 +20,7 @@ workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = ["nll_vs_temperature", "accuracy_vs_temperature"]
 results_csv = ""  # when set, read the results from this CSV instead of MLflow
+prior_predictive_path = ""  # the prior predictive check's arrays (.npz), when it ran
 
 # %%
 # %matplotlib inline
@@ -111,6 +112,86 @@ for name in plots:
 
 # %%
 display(figures.results_table(frame).style.hide(axis="index").format({"temperature": "{:g}"}))
+
+# %% [markdown]
+# ## Sampler diagnostics
+#
+# For SG-MCMC fits at $T > 0$: the **kinetic temperature** of the final momenta and the
+# **configurational temperature** $\langle\theta\cdot\nabla U(\theta)\rangle/d$ of the final
+# parameters, each as a ratio to the temperature the sampler should have (Wenzel et al.,
+# 2020, Section 4; 1 is right), the share of parameter tensors whose kinetic temperature
+# lies in its 99% $\chi^2$ interval, and, for several chains that keep every sample, split
+# $\hat R$ and the effective sample size of the log posterior (approximate for SG-MCMC).
+# Below, the training loss (negative per-datum log posterior) per epoch.
+
+# %%
+diagnostic_columns = [
+    column for column in [
+        "kinetic_temperature_ratio", "kinetic_temperature_fraction_inside",
+        "configurational_temperature_ratio", "rhat/log_posterior", "ess/log_posterior",
+    ] if column in frame.columns
+]
+if diagnostic_columns:
+    samplers = frame.dropna(subset=[diagnostic_columns[0]])
+    table = samplers.groupby(["method", "temperature"])[diagnostic_columns].mean().reset_index()
+    display(table.style.hide(axis="index").format(precision=3).format({"temperature": "{:g}"}))
+else:
+    display(Markdown("_No sampler diagnostics were logged (no SG-MCMC fit at T > 0)._"))
+if not results_csv:
+    traces = bayesflow.histories(run_id, "train_loss", tracking_uri=tracking_uri or None)
+    # one-pass methods (Laplace) have no trace worth drawing
+    traces = traces.groupby("run_id").filter(lambda run: len(run) > 1)
+    if not traces.empty:
+        import seaborn as sns
+
+        grid = sns.relplot(
+            data=traces, x="step", y="value", hue="temperature", col="method", kind="line",
+            errorbar=None, col_wrap=3, height=3, aspect=1.3, palette="viridis",
+            facet_kws={"sharey": False},
+        )
+        grid.set_axis_labels("epoch", "training loss")
+        plt.show()
+
+# %% [markdown]
+# ## Out-of-distribution detection
+#
+# When the data hold out-of-distribution inputs: the AUROC of total (TU) and epistemic
+# (EU) uncertainty as scores separating them from the test inputs (the posteriors paper,
+# Table 1; 0.5 is chance).
+
+# %%
+ood_columns = [c for c in frame.columns if c.startswith("ood_auroc")]
+if ood_columns:
+    table = frame.groupby(["method", "temperature"])[ood_columns].mean().reset_index()
+    display(table.style.hide(axis="index").format(precision=3).format({"temperature": "{:g}"}))
+else:
+    display(Markdown("_This workflow has no out-of-distribution inputs._"))
+
+# %% [markdown]
+# ## Prior predictive check
+#
+# Wenzel et al. (2020, Section 5): draw networks from the prior and look at the class
+# probabilities they give the test inputs. A prior under which each draw sends almost
+# every input to one class (majority fraction near 1 with confident probabilities) is a
+# poor prior for the task.
+
+# %%
+if prior_predictive_path:
+    import numpy as np
+    import seaborn as sns
+
+    check = np.load(prior_predictive_path)
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    sns.histplot(check["majority_fraction"], bins=20, ax=axes[0])
+    axes[0].set_xlabel("share of test inputs in the draw's most frequent class")
+    sns.histplot(check["max_probability"], bins=20, ax=axes[1])
+    axes[1].set_xlabel("mean top-class probability of the draw")
+    for axis in axes:
+        axis.set_ylabel("prior draws")
+    figure.tight_layout()
+    plt.show()
+else:
+    display(Markdown("_The prior predictive check was not run (`evaluate.prior_predictive: true`)._"))
 
 # %% [markdown]
 # ## Workflow spec

@@ -5,6 +5,10 @@ A stage's outputs live in ``<root>/<key>/``: files (``posterior.npz``) and
 temporary folder and moved into place with one ``os.replace``, so a partial output is
 never visible as finished, whatever kills the process. Side records (such as the MLflow
 run that holds a stage) sit beside it as ``<key>.<name>.json``, also written atomically.
+
+An index per workflow, ``<root>/index/<workflow>.json``, maps each stage name to the key
+and config it last finished under, so a plan can say why a stage is stale: which part
+of its config changed since.
 """
 
 from __future__ import annotations
@@ -102,3 +106,18 @@ class Cache:
     def write_record(self, key: str, name: str, payload: dict[str, Any]) -> None:
         """Write a side record of ``key`` atomically."""
         write_json_atomic(self.root / f"{key}.{name}.json", payload)
+
+    def _index_path(self, workflow: str) -> Path:
+        return self.root / "index" / f"{workflow}.json"
+
+    def index(self, workflow: str) -> dict[str, dict[str, Any]]:
+        """Stage name → ``{"key", "config"}`` it last finished under, for ``workflow``."""
+        try:
+            index = json.loads(self._index_path(workflow).read_text())
+        except (OSError, ValueError):  # none yet, or unreadable: nothing is known
+            return {}
+        return index if isinstance(index, dict) else {}
+
+    def write_index(self, workflow: str, index: dict[str, dict[str, Any]]) -> None:
+        """Replace ``workflow``'s index atomically."""
+        write_json_atomic(self._index_path(workflow), index)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from bayesflow.dag.cache import Cache, Entry
 from bayesflow.dag.plan import Plan, Stage
 
-__all__ = ["Hook", "Outcome", "RunStage", "execute", "stage_status"]
+__all__ = ["Hook", "IndexHook", "Outcome", "RunStage", "execute", "stage_status"]
 
 RunStage = Callable[[Stage, dict[str, Entry], Path], dict[str, Any]]
 
@@ -73,13 +73,46 @@ def _reusable(stage: Stage, cache: Cache, force: Sequence[str] | bool, outcome: 
     return cache.get(stage.key)
 
 
-def stage_status(stage: Stage, cache: Cache, force: Sequence[str] | bool = False) -> str:
-    """``cached`` when a finished output will be reused, else ``new`` (or ``forced``)."""
+def stage_status(
+    stage: Stage,
+    cache: Cache,
+    force: Sequence[str] | bool = False,
+    index: dict[str, dict[str, Any]] | None = None,
+) -> str:
+    """``cached`` when a finished output will be reused, ``forced`` when it will be rerun
+    anyway, ``stale`` when the stage finished before under another key (``index``, see
+    :meth:`Cache.index`), else ``new``; ``always`` for stages that are never cached."""
     if not stage.cacheable:
         return "always"
     if cache.get(stage.key) is None:
-        return "new"
+        previous = (index or {}).get(stage.name)
+        return "stale" if previous is not None and previous.get("key") != stage.key else "new"
     return "forced" if _forced(stage, force) else "cached"
+
+
+class IndexHook:
+    """Records the key and config each cacheable stage finished under in the cache's index,
+    so a later plan can say what changed. Written when a stage is committed or reused."""
+
+    def __init__(self, cache: Cache, workflow: str) -> None:
+        self.cache, self.workflow = cache, workflow
+        self.index = cache.index(workflow)
+
+    def before_stage(self, stage: Stage) -> None:
+        """Nothing to do before a stage."""
+
+    def after_stage(self, stage: Stage, entry: Entry, cached: bool) -> None:
+        """Remember ``stage``'s key and config (written only when they changed)."""
+        if not stage.cacheable or self.index.get(stage.name, {}).get("key") == stage.key:
+            return
+        self.index[stage.name] = {"key": stage.key, "config": stage.config}
+        self.cache.write_index(self.workflow, self.index)
+
+    def on_failure(self, stage: Stage, error: BaseException, detail: str) -> None:
+        """A failed stage leaves the index as it was."""
+
+    def on_interrupt(self, stage: Stage | None) -> None:
+        """Finished stages are already recorded."""
 
 
 def execute(
@@ -102,6 +135,7 @@ def execute(
     """
     outcome = Outcome()
     cache.clean_staging()
+    hooks = [IndexHook(cache, plan.workflow), *hooks]
     current: Stage | None = None
     if backend is not None:
         from bayesflow.dag.schedule import execute_concurrently

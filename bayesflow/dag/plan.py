@@ -21,7 +21,7 @@ from typing import Any
 
 from bayesflow.spec.models import WorkflowSpec
 
-__all__ = ["OPTIMIZERS", "Plan", "Stage", "format_temperature", "plan_workflow"]
+__all__ = ["OPTIMIZERS", "Plan", "Stage", "describe_change", "format_temperature", "plan_workflow"]
 
 OPTIMIZERS = frozenset({"map", "mle"})
 # Bumped when a change to bayesflow changes results, so cached stages are recomputed.
@@ -65,7 +65,7 @@ class Stage:
     @property
     def cacheable(self) -> bool:
         """Whether finished outputs of this stage are reused by later runs."""
-        return self.kind in ("fit", "evaluate")
+        return self.kind in ("fit", "evaluate", "prior_predictive")
 
 
 @dataclass
@@ -177,9 +177,72 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
         name = f"plot/{plot}"
         stages[name] = Stage(name, "plot", evaluations, _hash([plot, evaluations]), config={"plot": plot})
         plot_names.append(name)
+    extra: tuple[str, ...] = ()
+    if spec.evaluate.prior_predictive:
+        payload = {**base, "draws": spec.evaluate.prior_draws, "seed": spec.seeds[0]}
+        stages["prior_predictive"] = Stage(
+            "prior_predictive", "prior_predictive", (), _hash(payload), seed=spec.seeds[0],
+            config=payload,
+        )
+        extra = ("prior_predictive",)
     if spec.report.enabled:
         payload = {"report": spec.report.model_dump(mode="json"), "inputs": evaluations}
         stages["report"] = Stage(
-            "report", "report", (*evaluations, *plot_names), _hash(payload), config=payload
+            "report", "report", (*evaluations, *plot_names, *extra), _hash(payload), config=payload
         )
     return Plan(spec.name, stages)
+
+
+# Where each part of a stage's config payload (built by plan_workflow) sits in a spec.
+_SPEC_KEYS = {"convention": "temperature_convention", "device": "execution.device"}
+_MISSING = object()
+_SHOWN_CHANGES = 3
+
+
+def _leaves(payload: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """The payload flattened to key paths (lists are leaves: they change as a whole)."""
+    if not isinstance(payload, dict) or not payload:
+        return {path: payload}
+    flat: dict[tuple[str, ...], Any] = {}
+    for key, item in payload.items():
+        flat.update(_leaves(item, (*path, str(key))))
+    return flat
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def describe_change(stage: Stage, previous: dict[str, Any]) -> str:
+    """Why ``stage`` is stale: what differs between the config it last finished under
+    (``previous``, from the cache's index) and its config now, in the spec's words, e.g.
+    ``methods.sghmc.lr changed 0.01 → 0.02``, ``data changed``, ``versions changed``."""
+    before, after = _leaves(previous), _leaves(stage.config)
+    phrases: list[str] = []
+    for path in sorted(set(before) | set(after)):
+        old, new = before.get(path, _MISSING), after.get(path, _MISSING)
+        if old == new:
+            continue
+        head = path[0] if path else ""
+        if head == "data":
+            phrase = "data changed"
+        elif head == "versions":
+            phrase = f"versions changed ({'.'.join(path[1:])} {_show(old)} → {_show(new)})"
+        elif head in ("inputs", "fit"):
+            phrase = f"input {', '.join(stage.inputs) or 'stage'} changed"
+        else:
+            where = f"methods.{stage.method}" if head == "method" else _SPEC_KEYS.get(head, head)
+            key = ".".join((where, *path[1:])) if path else "config"
+            if old is _MISSING:
+                phrase = f"{key} added ({_show(new)})"
+            elif new is _MISSING:
+                phrase = f"{key} removed (was {_show(old)})"
+            else:
+                phrase = f"{key} changed {_show(old)} → {_show(new)}"
+        if phrase not in phrases:
+            phrases.append(phrase)
+    if not phrases:
+        return "its key changed"
+    more = len(phrases) - _SHOWN_CHANGES
+    return "; ".join(phrases[:_SHOWN_CHANGES]) + (f"; and {more} more" if more > 0 else "")

@@ -17,7 +17,7 @@ import numpy as np
 from bayesflow.errors import SpecError
 from bayesflow.registry import Registry
 
-__all__ = ["Dataset", "DATASETS", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "csv_target_task", "load_dataset", "target_task"]
 
 DATASETS: Registry[Any] = Registry("dataset")
 
@@ -32,6 +32,7 @@ class Dataset:
     y_test: np.ndarray
     task: str
     num_classes: int | None = None
+    x_ood: np.ndarray | None = None
 
     @property
     def num_features(self) -> int:
@@ -42,7 +43,10 @@ class Dataset:
     def digest(self) -> str:
         """SHA-256 over the four arrays' bytes, shapes and dtypes."""
         digest = hashlib.sha256()
-        for array in (self.x_train, self.y_train, self.x_test, self.y_test):
+        arrays = [self.x_train, self.y_train, self.x_test, self.y_test]
+        if self.x_ood is not None:
+            arrays.append(self.x_ood)
+        for array in arrays:
             digest.update(str((array.shape, array.dtype.str)).encode())
             digest.update(np.ascontiguousarray(array).tobytes())
         return digest.hexdigest()
@@ -61,9 +65,17 @@ def _split(
 
 @DATASETS.register("sklearn_digits")
 def sklearn_digits(
-    test_fraction: float = 0.5, split_seed: int = 0, standardize: bool = True
+    test_fraction: float = 0.5,
+    split_seed: int = 0,
+    standardize: bool = True,
+    holdout_classes: list[int] | None = None,
 ) -> Dataset:
-    """scikit-learn's 8×8 handwritten digits: 1,797 images, 64 features, 10 classes."""
+    """scikit-learn's 8×8 handwritten digits: 1,797 images, 64 features, 10 classes.
+
+    With ``holdout_classes`` those digits are removed from training and testing and
+    become the out-of-distribution inputs (``x_ood``); the remaining classes are
+    relabelled 0..C-1 in increasing order.
+    """
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -71,8 +83,17 @@ def sklearn_digits(
     if standardize:
         x = x / 16.0  # pixel intensities are integers 0..16
     y = bunch.target.astype(np.int64)
+    x_ood = None
+    held = sorted(set(holdout_classes or []))
+    if held:
+        outside = np.isin(y, held)
+        x_ood, x, y = x[outside], x[~outside], y[~outside]
+        kept = sorted(set(range(10)) - set(held))
+        y = np.searchsorted(np.array(kept), y).astype(np.int64)
     x_train, y_train, x_test, y_test = _split(x, y, test_fraction, split_seed, stratify=True)
-    return Dataset(x_train, y_train, x_test, y_test, "classification", num_classes=10)
+    return Dataset(
+        x_train, y_train, x_test, y_test, "classification", num_classes=10 - len(held), x_ood=x_ood
+    )
 
 
 def resolve_path(path: str, base_dir: Path | None = None) -> Path:
@@ -88,6 +109,43 @@ def resolve_path(path: str, base_dir: Path | None = None) -> Path:
     return resolved
 
 
+# An integer target column with at most this many distinct values is read as class labels.
+MAX_CLASSES = 50
+
+
+def target_task(values: np.ndarray) -> tuple[str, int | None]:
+    """``("classification", C)`` for integer class labels 0..C-1, else ``("regression", None)``."""
+    if np.issubdtype(values.dtype, np.integer) and len(np.unique(values)) <= MAX_CLASSES:
+        return "classification", int(values.max()) + 1
+    return "regression", None
+
+
+def _read_csv(path: str, target: str, base_dir: Path | None, target_only: bool = False) -> Any:
+    """Read a CSV file (only its target column with ``target_only``), checking both exist.
+
+    Raises:
+        SpecError: whose problem starts with the key at fault (``data.path: ...`` or
+            ``data.target: ...``), so the spec loader can point at that key's line.
+    """
+    import pandas as pd
+
+    file = resolve_path(path, base_dir)
+    if not file.is_file():
+        raise SpecError(f"data.path: file {str(file)!r} does not exist; fix the path")
+    columns = list(pd.read_csv(file, nrows=0).columns)
+    if target not in columns:
+        raise SpecError(
+            f"data.target: column {target!r} is not in {file.name} "
+            f"(columns: {', '.join(map(str, columns))})"
+        )
+    return pd.read_csv(file, usecols=[target] if target_only else None)
+
+
+def csv_target_task(path: str, target: str, base_dir: Path | None = None) -> tuple[str, int | None]:
+    """The task a CSV file's target column implies (see :func:`target_task`), reading only it."""
+    return target_task(_read_csv(path, target, base_dir, target_only=True)[target].to_numpy())
+
+
 @DATASETS.register("csv")
 def csv(
     path: str,
@@ -98,30 +156,17 @@ def csv(
     base_dir: Path | None = None,
 ) -> Dataset:
     """A CSV file with a header row: numeric features and one target column."""
-    import pandas as pd
-
-    file = resolve_path(path, base_dir)
-    if not file.exists():
-        raise SpecError(f"data.path: file {str(file)!r} does not exist; fix the path")
-    frame = pd.read_csv(file)
-    if target not in frame.columns:
-        raise SpecError(
-            f"data.target: column {target!r} is not in {file.name} "
-            f"(columns: {', '.join(map(str, frame.columns))})"
-        )
+    frame = _read_csv(path, target, base_dir)
+    file_name = resolve_path(path, base_dir).name
     y_raw = frame[target].to_numpy()
     features = frame.drop(columns=[target])
     non_numeric = [c for c in features.columns if not np.issubdtype(features[c].dtype, np.number)]
     if non_numeric:
-        raise SpecError(f"data: columns {non_numeric} of {file.name} are not numeric")
+        raise SpecError(f"data: columns {non_numeric} of {file_name} are not numeric")
     x = features.to_numpy(dtype=np.float32)
-    integer_target = np.issubdtype(y_raw.dtype, np.integer) and len(np.unique(y_raw)) <= 50
-    if integer_target:
-        y = y_raw.astype(np.int64)
-        task, classes = "classification", int(y.max()) + 1
-    else:
-        y = y_raw.astype(np.float32)
-        task, classes = "regression", None
+    task, classes = target_task(y_raw)
+    integer_target = task == "classification"
+    y = y_raw.astype(np.int64) if integer_target else y_raw.astype(np.float32)
     x_train, y_train, x_test, y_test = _split(x, y, test_fraction, split_seed, integer_target)
     if standardize:
         mean, sd = x_train.mean(0), x_train.std(0) + 1e-8

@@ -1,8 +1,9 @@
 """Turn pydantic validation errors into messages a spec author can act on.
 
-Each message names the location (file:line:column), the key path as written in the spec
-(``methods.vi.optimizer.lr``: pydantic's discriminator tags are dropped), what was
-expected, what was found, and for a misspelt key or name the closest valid one.
+Each message names the location (file:line:column, the override, or the base spec it was
+inherited from), the key path as written in the spec (``methods.vi.optimizer.lr``:
+pydantic's discriminator tags are dropped), what was expected, what was found, and for a
+misspelt key or name the closest valid one.
 """
 
 from __future__ import annotations
@@ -18,29 +19,87 @@ from bayesflow.registry import closest
 from bayesflow.spec.locations import Location
 from bayesflow.spec.models import WorkflowSpec
 
-__all__ = ["allowed_keys", "format_cross_problems", "format_validation_error"]
+__all__ = [
+    "allowed_keys",
+    "format_cross_problems",
+    "format_validation_error",
+    "nearest_location",
+    "union_members",
+]
+
+# What a discriminated section's `name` (or a method's `engine`) picks, for messages.
+NOUNS = {"data": "dataset", "model": "model", "likelihood": "likelihood", "prior": "prior",
+         "methods": "engine", "plots": "plot"}
+
+# Pydantic error types and what the key expected, in the spec's words.
+EXPECTED = {
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number", "finite_number": "a finite number",
+    "bool_type": "true or false", "bool_parsing": "true or false",
+    "string_type": "a string", "list_type": "a list", "dict_type": "a mapping",
+    "model_type": "a mapping", "model_attributes_type": "a mapping",
+}
 
 
-def _spec_path(loc: tuple[Any, ...], data: Any) -> tuple[str, ...]:
-    """Drop the parts of pydantic's ``loc`` that are not keys of ``data`` (union tags)."""
+def union_members(annotation: Any) -> list[Any]:
+    """The members of a (possibly annotated, possibly nested) union, flattened."""
+    origin = get_origin(annotation)
+    if origin is typing.Annotated:
+        return union_members(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [member for arg in get_args(annotation) for member in union_members(arg)]
+    return [annotation]
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    return [m for m in union_members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+
+
+def _tags(model: type[BaseModel]) -> tuple[str, ...]:
+    """The discriminator values (``name`` or ``engine``) a spec model accepts."""
+    for key in ("engine", "name"):
+        field = model.model_fields.get(key)
+        if field is not None and get_origin(field.annotation) is typing.Literal:
+            return tuple(str(tag) for tag in get_args(field.annotation))
+    return ()
+
+
+def _field(model: type[BaseModel], key: Any) -> Any:
+    """The annotation of ``key`` (a field name or alias) in ``model``, or None."""
+    for name, field in model.model_fields.items():
+        if key in (name, field.alias):
+            return field.annotation
+    return None
+
+
+def _container_item(annotation: Any) -> Any:
+    for member in union_members(annotation):
+        if get_origin(member) in (list, dict):
+            return get_args(member)[-1]
+    return None
+
+
+def _spec_path(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """The key path of pydantic's ``loc``: discriminator tags and union labels dropped."""
     path: list[str] = []
-    node = data
+    annotation: Any = WorkflowSpec
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            path.append(str(part))
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            path.append(str(part))
-            node = node[part]
-        elif isinstance(node, dict) and isinstance(part, str) and not path_is_tag(part, node):
-            path.append(part)  # a missing or extra key: keep it, it is what the user wrote
-            node = None
+        models = _models(annotation)
+        chosen = [model for model in models if part in _tags(model)] if len(models) > 1 else []
+        if chosen:  # a discriminated union: ``part`` is the tag pydantic adds to loc
+            annotation = chosen[0]
+            continue
+        item = _container_item(annotation) if annotation is not None else None
+        if len(models) == 1:
+            annotation = _field(models[0], part)
+        elif item is not None:
+            annotation = item
+        elif annotation is not None and not models and isinstance(part, str) and part != "[key]":
+            continue  # a label of a union of plain types (`int | None`), not a key
+        else:
+            annotation = None
+        path.append(str(part))
     return tuple(path)
-
-
-def path_is_tag(part: str, node: dict[str, Any]) -> bool:
-    """Whether ``part`` is a discriminator value (``vi_diag``) rather than a key."""
-    return any(node.get(key) == part for key in ("engine", "name"))
 
 
 def _model_at(path: tuple[str, ...], data: Any) -> type[BaseModel] | None:
@@ -50,9 +109,9 @@ def _model_at(path: tuple[str, ...], data: Any) -> type[BaseModel] | None:
     for part in path:
         model = _pick(annotation, node)
         if model is not None:
-            if part not in model.model_fields:
+            annotation = _field(model, part)
+            if annotation is None:
                 return None
-            annotation = model.model_fields[part].annotation
         else:
             annotation = _container_item(annotation)
             if annotation is None:
@@ -61,32 +120,14 @@ def _model_at(path: tuple[str, ...], data: Any) -> type[BaseModel] | None:
     return _pick(annotation, node)
 
 
-def _unwrap(annotation: Any) -> list[Any]:
-    origin = get_origin(annotation)
-    if origin is typing.Annotated:
-        return _unwrap(get_args(annotation)[0])
-    if origin in (Union, types.UnionType):
-        return [member for arg in get_args(annotation) for member in _unwrap(arg)]
-    return [annotation]
-
-
 def _pick(annotation: Any, node: Any) -> type[BaseModel] | None:
-    models = [m for m in _unwrap(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+    models = _models(annotation)
     if len(models) == 1:
         return models[0]
     for model in models:
         for key in ("engine", "name"):
-            field = model.model_fields.get(key)
-            if field is not None and isinstance(node, dict) and node.get(key) in get_args(field.annotation):
+            if isinstance(node, dict) and isinstance(node.get(key), str) and node[key] in _tags(model):
                 return model
-    return None
-
-
-def _container_item(annotation: Any) -> Any:
-    for member in _unwrap(annotation):
-        origin = get_origin(member)
-        if origin in (list, dict):
-            return get_args(member)[-1]
     return None
 
 
@@ -99,12 +140,56 @@ def allowed_keys(path: tuple[str, ...], data: Any) -> list[str]:
 
 
 def _found(value: Any) -> str:
-    text = repr(value)
+    """What was found, as the spec author wrote it (YAML's ``null``, ``true``)."""
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _quoted(text: str) -> list[str]:
+    """The quoted items of pydantic's ``'a', 'b' or 'c'``."""
+    return re.findall(r"'([^']*)'", text)
+
+
+def _unknown_tag(error: dict[str, Any], path: tuple[str, ...]) -> str:
+    context = error.get("ctx", {})
+    field = str(context.get("discriminator", "")).strip("'")
+    expected = _quoted(str(context.get("expected_tags", "")))
+    if error["type"] == "union_tag_not_found":
+        return f"missing `{field}`; add one of: {', '.join(expected or _expected_tags(path))}"
+    tag = error["input"].get(field) if isinstance(error["input"], dict) else context.get("tag")
+    noun = NOUNS.get(path[0], "name") if path else "name"
+    hint = closest(str(tag), expected)
+    suggestion = f"; did you mean {hint!r}?" if hint else ""
+    return f"unknown {noun} {_found(tag)}{suggestion} (expected one of: {', '.join(expected)})"
+
+
+def _expected_tags(path: tuple[str, ...]) -> list[str]:
+    """Every discriminator value of the union at ``path`` (for a missing ``engine``)."""
+    annotation: Any = WorkflowSpec
+    for part in path:
+        models = _models(annotation)
+        annotation = _field(models[0], part) if len(models) == 1 else _container_item(annotation)
+    return [tag for model in _models(annotation) for tag in _tags(model)]
+
+
+def _literal(error: dict[str, Any], path: tuple[str, ...]) -> str:
+    expected = _quoted(str(error.get("ctx", {}).get("expected", "")))
+    found = error.get("input")
+    hint = closest(found, expected) if isinstance(found, str) else None
+    suggestion = f"; did you mean {hint!r}?" if hint else ""
+    if path and path[0] == "plots":
+        return f"unknown plot {_found(found)}{suggestion} (expected one of: {', '.join(expected)})"
+    return f"expected one of: {', '.join(expected)}, got {_found(found)}{suggestion}"
 
 
 def _describe(error: dict[str, Any], path: tuple[str, ...], data: Any) -> str:
     kind, context = error["type"], error.get("ctx", {})
+    found = _found(error.get("input"))
     if kind == "extra_forbidden":
         options = allowed_keys(path[:-1], data)
         hint = closest(path[-1], options)
@@ -112,32 +197,39 @@ def _describe(error: dict[str, Any], path: tuple[str, ...], data: Any) -> str:
         listed = f" (allowed: {', '.join(options)})" if options else ""
         return f"unknown key `{path[-1]}`{suggestion}{listed}"
     if kind == "missing":
-        return "required key is missing; add it"
+        return f"required key `{path[-1]}` is missing; add it" if path else "required key is missing"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
-        expected = [tag.strip(" '") for tag in str(context.get("expected_tags", "")).split(",")]
-        tag = context.get("tag", "")
-        field = context.get("discriminator", "").strip("'")
-        if kind == "union_tag_not_found":
-            return f"missing `{field}`; expected one of: {', '.join(expected)}"
-        hint = closest(str(tag), expected)
-        suggestion = f"; did you mean {hint!r}?" if hint else ""
-        noun = "engine" if field == "engine" else "name"
-        return f"unknown {noun} {tag!r}{suggestion} (expected one of: {', '.join(expected)})"
-    message = error["msg"]
+        return _unknown_tag(error, path)
+    if kind == "literal_error":
+        return _literal(error, path)
     if kind == "value_error":
-        message = message.removeprefix("Value error, ")
-        return message
-    return f"expected {_expected(message)}, got {_found(error.get('input'))}"
+        return str(error["msg"]).removeprefix("Value error, ")
+    if kind in EXPECTED:
+        return f"expected {EXPECTED[kind]}, got {found}"
+    if kind == "too_short":
+        count = context.get("min_length", 1)
+        return f"expected at least {count} item{'s' if count != 1 else ''}, got {found}"
+    if kind == "string_pattern_mismatch":
+        return f"expected a string matching {context.get('pattern')!r}, got {found}"
+    if kind == "invalid_key":
+        return f"keys are strings, got the key {found}; quote it or rename it"
+    return f"expected {_expected(str(error['msg']))}, got {found}"
 
 
 def _expected(message: str) -> str:
     """Rephrase pydantic's "Input should be ..." as what the key expects."""
     message = re.sub(r"^Input should be ", "", message)
     message = re.sub(r"^(greater|less) than", r"a value \1 than", message)
-    message = re.sub(r"^List should have at least (\d+) items? after validation, not \d+",
-                     r"a list of at least \1 item(s)", message)
     message = message.replace("a valid ", "a ")
     return message[0].lower() + message[1:] if message else message
+
+
+def _location_path(error: dict[str, Any], path: tuple[str, ...]) -> tuple[str, ...]:
+    """Where to point: a bad ``name``/``engine`` points at that key, not its section."""
+    if error["type"] == "union_tag_invalid":
+        field = str(error.get("ctx", {}).get("discriminator", "")).strip("'")
+        return (*path, field)
+    return path
 
 
 def format_validation_error(
@@ -148,10 +240,15 @@ def format_validation_error(
 ) -> list[str]:
     """One message per validation error, with its location and fix."""
     problems = []
-    for error in exc.errors():
-        path = _spec_path(error["loc"], data)
-        where = _nearest(path, locations) or Location(source)
-        key = ".".join(path) or "(top level)"
+    for details in exc.errors():
+        error: dict[str, Any] = dict(details)
+        path = _spec_path(error["loc"])
+        if error["type"] == "invalid_key" or error["loc"][-1:] == ("[key]",):
+            error = {**error, "type": "invalid_key"}  # loc ends with the key itself
+            path = path[:-1]
+        shown = _location_path(error, path)
+        where = nearest_location(shown, locations) or Location(source)
+        key = ".".join(shown) or "(top level)"
         problems.append(f"{where}: {key}: {_describe(error, path, data)}")
     return problems
 
@@ -163,12 +260,14 @@ def format_cross_problems(
 ) -> list[str]:
     """Format cross-field problems like validation errors: location, key path, message."""
     return [
-        f"{_nearest(path, locations) or Location(source)}: {'.'.join(path)}: {message}"
+        f"{nearest_location(path, locations) or Location(source)}: {'.'.join(map(str, path))}: {message}"
         for path, message in problems
     ]
 
 
-def _nearest(path: tuple[str, ...], locations: dict[tuple[str, ...], Location]) -> Location | None:
+def nearest_location(
+    path: tuple[str, ...], locations: dict[tuple[str, ...], Location]
+) -> Location | None:
     """The location of ``path`` or of its closest ancestor that has one."""
     for length in range(len(path), -1, -1):
         if path[:length] in locations:

@@ -1,31 +1,39 @@
 """Load a workflow spec: read, parse safely, compose, override, resolve, validate.
 
 Every failure raises :class:`~bayesflow.errors.SpecError` listing *all* problems found at
-the stage that failed, each with its location (file:line:column or the override), the key
-path, what was expected and found, and a close match for a misspelt name.
+the stage that failed, each with its location, the key path, what was expected and
+found, and a close match for a misspelt name. Every leaf remembers where it came from: a
+line of the spec file, a line of the base spec it ``extends``, or a command-line
+override (``override 'methods.vi.epochs=5'``).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 
 from bayesflow.errors import SpecError
-from bayesflow.spec.errors import format_cross_problems, format_validation_error
+from bayesflow.spec.checks import check_data
+from bayesflow.spec.errors import format_cross_problems, format_validation_error, nearest_location
+from bayesflow.spec.interpolation import create_config, resolve_config
 from bayesflow.spec.locations import Located, Location, YamlProblem, parse_yaml
 from bayesflow.spec.models import WorkflowSpec, cross_check
 from bayesflow.spec.overrides import apply_overrides
 
-__all__ = ["LoadedSpec", "load_spec", "MAX_SPEC_BYTES"]
+__all__ = ["MAX_SPEC_BYTES", "LoadedSpec", "load_spec"]
 
-# A hand-written spec is a few kilobytes; refusing anything past 1 MiB keeps a stray
-# data file passed by mistake from being parsed at all.
-MAX_SPEC_BYTES = 1 << 20
+# A hand-written spec is a few kilobytes (workflows/cold_posterior.yaml: 3 KB). Refusing
+# anything past 256 KiB keeps a data file passed by mistake from being parsed at all
+# (PyYAML's pure-Python parser reads about 1 MB/s).
+MAX_SPEC_BYTES = 256 * 1024
+
+KeyPath = tuple[str, ...]
 
 
 @dataclass
@@ -36,20 +44,24 @@ class LoadedSpec:
         spec: the validated model.
         path: the spec file (None when built from a mapping).
         resolved: the resolved plain mapping that was validated.
-        locations: where each key path came from.
+        locations: where each key path came from (file line, base spec line, override).
         overrides: the command-line overrides applied.
     """
 
     spec: WorkflowSpec
     path: Path | None
     resolved: dict[str, Any]
-    locations: dict[tuple[str, ...], Location] = field(default_factory=dict)
+    locations: dict[KeyPath, Location] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)
 
     @property
     def base_dir(self) -> Path:
         """The folder relative paths in the spec are taken from."""
         return self.path.parent if self.path is not None else Path.cwd()
+
+    def origin(self, key: str) -> Location | None:
+        """Where the value at a dotted ``key`` (``methods.vi.epochs``) came from."""
+        return nearest_location(tuple(key.split(".")), self.locations)
 
     def to_yaml(self) -> str:
         """The resolved spec with defaults filled in, as YAML."""
@@ -58,18 +70,21 @@ class LoadedSpec:
 
 
 def _read(path: Path) -> str:
-    if not path.exists():
-        raise SpecError(f"{path}: file not found; check the path", str(path))
-    if path.is_dir():
-        raise SpecError(f"{path}: is a folder; pass a workflow .yaml file", str(path))
-    size = path.stat().st_size
-    if size > MAX_SPEC_BYTES:
-        raise SpecError(
-            f"{path}: file is {size} bytes, more than the {MAX_SPEC_BYTES} a spec may have; "
-            "is this the right file?",
-            str(path),
-        )
-    raw = path.read_bytes()
+    try:
+        if not path.exists():
+            raise SpecError(f"{path}: file not found; check the path", str(path))
+        if path.is_dir():
+            raise SpecError(f"{path}: is a folder; pass a workflow .yaml file", str(path))
+        size = path.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(
+                f"{path}: file is {size} bytes, more than the {MAX_SPEC_BYTES} a spec may have; "
+                "is this the right file?",
+                str(path),
+            )
+        raw = path.read_bytes()
+    except (OSError, ValueError) as error:
+        raise SpecError(f"{path}: cannot be read ({error}); check the path", str(path)) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -81,8 +96,8 @@ def _read(path: Path) -> str:
         ) from None
 
 
-def _parse_file(path: Path, seen: tuple[Path, ...] = ()) -> Located:
-    """Parse ``path`` and, recursively, the base specs it ``extends``."""
+def _parse_one(path: Path) -> Located:
+    """Parse one file into a mapping with locations (no ``extends`` handling)."""
     text = _read(path)
     try:
         located = parse_yaml(text, str(path))
@@ -97,48 +112,76 @@ def _parse_file(path: Path, seen: tuple[Path, ...] = ()) -> Located:
             "(`name: ...`, `data: ...`, ...)",
             str(path),
         )
-    base_name = located.data.pop("extends", None)
-    if base_name is None:
+    return located
+
+
+def _parse_file(path: Path, seen: tuple[Path, ...] = ()) -> Located:
+    """Parse ``path`` and, recursively, the base specs it ``extends``."""
+    located = _parse_one(path)
+    if "extends" not in located.data:
         return located
+    base_name = located.data.pop("extends")
     where = located.locations.get(("extends",), Location(str(path)))
-    if not isinstance(base_name, str):
+    if not isinstance(base_name, str) or not base_name:
         raise SpecError(f"{where}: extends: expected a file name, got {base_name!r}", str(path))
     base_path = (path.parent / base_name).resolve()
     if base_path in seen or base_path == path.resolve():
-        raise SpecError(f"{where}: extends: {base_name} is already being extended (a cycle)", str(path))
-    if not base_path.exists():
-        raise SpecError(f"{where}: extends: base spec {str(base_path)!r} not found", str(path))
+        chain = " -> ".join(str(p) for p in (*seen, path.resolve(), base_path))
+        raise SpecError(f"{where}: extends: {base_name} forms a cycle ({chain}); remove one `extends`", str(path))
+    if not base_path.is_file():
+        raise SpecError(f"{where}: extends: base spec {str(base_path)!r} not found; check the path", str(path))
     base = _parse_file(base_path, (*seen, path.resolve()))
-    merged = OmegaConf.to_container(
-        OmegaConf.merge(OmegaConf.create(base.data), OmegaConf.create(located.data)),
-        resolve=False,
-    )
-    locations = {**base.locations, **located.locations}
-    return Located(merged, locations)
+    try:
+        merged = OmegaConf.to_container(
+            OmegaConf.merge(OmegaConf.create(base.data), OmegaConf.create(located.data)),
+            resolve=False,
+        )
+    except OmegaConfBaseException as error:
+        full_key = getattr(error, "full_key", None)
+        key_path = tuple(str(full_key).split(".")) if full_key else ()
+        at = nearest_location(key_path, located.locations) or where
+        raise SpecError(
+            f"{at}: {full_key or '(top level)'}: cannot be merged onto {base_name} "
+            f"({str(error).splitlines()[0]}); give it the same shape as in the base spec",
+            str(path),
+        ) from None
+    return Located(merged, _merge_locations(base.locations, located))
 
 
-def _resolve(config: DictConfig, located: Located, source: str) -> dict[str, Any]:
-    """Resolve interpolations, reporting every key whose interpolation fails."""
-    problems: list[str] = []
+def _merge_locations(base: dict[KeyPath, Location], child: Located) -> dict[KeyPath, Location]:
+    """The child's locations over the base's; a child value that is not a mapping replaces
+    the base's subtree wholesale, so the base's locations below it are dropped."""
+    replaced = [path for path in child.locations if path and not isinstance(_at(child.data, path), dict)]
+    kept = {
+        path: location for path, location in base.items()
+        if not any(path[: len(prefix)] == prefix and path != prefix for prefix in replaced)
+    }
+    return {**kept, **child.locations}
 
-    def walk(node: Any, path: tuple[str, ...]) -> None:
-        items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
-        for key, _ in items:
-            child = (*path, str(key))
-            try:
-                value = node[key]
-            except OmegaConfBaseException as exc:
-                where = located.locations.get(child, Location(source))
-                message = str(exc).split("\n")[0]
-                problems.append(f"{where}: {'.'.join(child)}: interpolation failed: {message}")
-                continue
-            if OmegaConf.is_config(value):
-                walk(value, child)
 
-    walk(config, ())
-    if problems:
-        raise SpecError(problems, source)
-    return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+def _at(data: Any, path: KeyPath) -> Any:
+    for part in path:
+        if isinstance(data, dict):
+            data = next((value for key, value in data.items() if str(key) == part), None)
+        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+    return data
+
+
+def _for_cross_check(resolved: dict[str, Any]) -> dict[str, Any]:
+    """The mapping with string method names and `from` values only: the cross-field checks
+    run before validation, and a key or `from` of another type is reported by validation."""
+    methods = resolved.get("methods")
+    if not isinstance(methods, dict):
+        return resolved
+    clean: dict[str, Any] = {}
+    for name, method in methods.items():
+        if isinstance(method, dict) and "from" in method and not isinstance(method["from"], str):
+            method = {key: value for key, value in method.items() if key != "from"}
+        clean[str(name)] = method
+    return {**resolved, "methods": clean}
 
 
 def load_spec(
@@ -155,24 +198,23 @@ def load_spec(
     """
     overrides = list(overrides or [])
     if isinstance(source, dict):
-        path, located = None, Located(dict(source))
-        name = "<spec>"
+        path, located, name = None, Located(copy.deepcopy(source)), "<spec>"
     else:
         path = Path(source)
-        located = _parse_file(path)
-        name = str(path)
-    try:
-        config = OmegaConf.create(located.data)
-    except OmegaConfBaseException as exc:
-        raise SpecError(f"{name}: {exc}", name) from None
+        located, name = _parse_file(path), str(path)
+    config = create_config(located.data, located.locations, name)
     apply_overrides(config, overrides, located.locations, name)
-    resolved = _resolve(config, located, name)
-    problems = []
+    resolved = resolve_config(config, located.locations, name)
+    problems: list[str] = []
+    spec: WorkflowSpec | None = None
     try:
         spec = WorkflowSpec.model_validate(resolved)
     except ValidationError as exc:
         problems = format_validation_error(exc, resolved, located.locations, name)
-    problems += format_cross_problems(cross_check(resolved), located.locations, name)
-    if problems:
+    cross = cross_check(_for_cross_check(resolved))
+    if spec is not None and not cross:
+        cross = check_data(spec, path.parent if path is not None else Path.cwd())
+    problems += format_cross_problems(cross, located.locations, name)
+    if problems or spec is None:
         raise SpecError(problems, name)
     return LoadedSpec(spec, path, resolved, located.locations, overrides)

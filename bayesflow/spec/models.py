@@ -45,6 +45,22 @@ class SklearnDigitsSpec(Strict):
     test_fraction: float = Field(0.5, gt=0, lt=1, description="Share of points held out for testing.")
     split_seed: int = Field(0, description="Seed of the stratified train/test split.")
     standardize: bool = Field(True, description="Scale pixel values to [0, 1].")
+    holdout_classes: list[int] = Field(
+        [],
+        description="Digits removed from training and testing; their images become the "
+        "out-of-distribution inputs of the evaluation (OOD AUROC of total and epistemic "
+        "uncertainty).",
+    )
+
+    @field_validator("holdout_classes")
+    @classmethod
+    def _known_digits(cls, classes: list[int]) -> list[int]:
+        unknown = sorted({c for c in classes if not 0 <= c <= 9})
+        if unknown:
+            raise ValueError(f"holdout_classes must be digits 0-9; got {unknown}")
+        if len(set(classes)) > 8:
+            raise ValueError("holdout_classes must leave at least two classes to train on")
+        return classes
 
 
 class CsvSpec(Strict):
@@ -281,7 +297,33 @@ class EvaluateSpec(Strict):
     n_samples: PositiveInt = Field(
         50, description="Posterior samples drawn for the predictive (50 in the posteriors paper)."
     )
-    ece_bins: PositiveInt = Field(10, description="Equal-width confidence bins of the ECE.")
+    ece_bins: PositiveInt = Field(10, description="Confidence bins of the ECE.")
+    ece_binning: Literal["equal_width", "equal_mass"] = Field(
+        "equal_width",
+        description="ECE bins of equal width in confidence (Guo et al., 2017) or holding "
+        "equally many test points.",
+    )
+    coverage_levels: list[float] = Field(
+        [0.5, 0.9, 0.95],
+        description="Regression: central predictive interval levels whose coverage is reported.",
+    )
+    prediction: Literal["sampled", "linearized"] = Field(
+        "sampled",
+        description="Gaussian posteriors (Laplace, VI): predict with sampled parameters, or "
+        "with the model linearised around the mean (the GLM predictive). Sample-based "
+        "posteriors always use their samples.",
+    )
+    prior_predictive: bool = Field(
+        False,
+        description="Add a prior predictive check (Wenzel et al., 2020, Section 5): the class "
+        "probabilities that draws from the prior give the test inputs.",
+    )
+    prior_draws: PositiveInt = Field(100, description="Prior draws of the prior predictive check.")
+    diagnostics: bool = Field(
+        True,
+        description="Samplers: log kinetic and configurational temperature of the final "
+        "state, and split R-hat / ESS across chains.",
+    )
 
 
 class ReportSpec(Strict):

@@ -1,6 +1,6 @@
 """Hydra-style command-line overrides: ``key.path=value`` and ``+key.path=value``.
 
-Values are parsed as YAML (``temperatures=[0.1,1]`` is a list, ``epochs=5`` an int). An
+Values are parsed as safe YAML (``temperatures=[0.1,1]`` is a list, ``epochs=5`` an int). An
 override of a key the spec does not have is an error with a suggestion, unless it is
 added explicitly with a leading ``+``. Each overridden leaf's location becomes the override.
 """
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from bayesflow.errors import SpecError
 from bayesflow.registry import closest
-from bayesflow.spec.locations import Location
+from bayesflow.spec.locations import Location, YamlProblem, parse_yaml
 
 __all__ = ["apply_overrides", "parse_override"]
 
@@ -28,10 +27,11 @@ def parse_override(text: str) -> tuple[str, Any, bool]:
             f"override {text!r}: expected `key.path=value` (or `+key.path=value` to add a key)"
         )
     key, raw = body.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise SpecError(f"override {text!r}: the value is not valid YAML ({exc})") from None
+    try:  # the same safe parser as spec files: no tags, no alias bombs
+        value = parse_yaml(raw, "override").data if raw.strip() else ""
+    except YamlProblem as exc:
+        message = exc.message.removeprefix("YAML syntax error: ")
+        raise SpecError(f"override {text!r}: the value is not valid YAML: {message}") from None
     return key.strip(), value, adding
 
 
@@ -39,6 +39,9 @@ def _missing_part(config: DictConfig, key: str) -> tuple[str, list[str]] | None:
     """Return the first missing segment of ``key`` and its siblings, or None if present."""
     node: Any = config
     for index, part in enumerate(key.split(".")):
+        if isinstance(node, ListConfig) and part.isdigit() and int(part) < len(node):
+            node = node._get_node(int(part))
+            continue
         if not isinstance(node, DictConfig) or part not in node:
             options = list(node.keys()) if isinstance(node, DictConfig) else []
             return ".".join(key.split(".")[: index + 1]), [str(option) for option in options]
