@@ -300,6 +300,20 @@ def run(
 
 @app.command()
 @_guarded
+def report(
+    run_id: str = typer.Argument(..., help="The parent run id `bayesflow run` printed.", show_default=False),
+    tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="The MLflow store."),
+    output_dir: Path | None = typer.Option(None, "--output-dir", help="Folder of reports (default: the spec's)."),
+) -> None:
+    """Re-render a run's report from its stored results, without refitting anything."""
+    from bayesflow.api import report as render
+
+    html = render(run_id, tracking_uri=tracking_uri, output_dir=output_dir)
+    output.print(f"report: {html}")
+
+
+@app.command()
+@_guarded
 def ui(
     tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="The MLflow store."),
     port: int = typer.Option(5000, "--port", help="Port of the UI."),

@@ -314,7 +314,7 @@ def _private_kernel(folder: Path) -> Iterator[Path]:
     spec_folder = folder / "kernels" / KERNEL_NAME
     spec_folder.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--log-level=ERROR"],
         "display_name": _display_name(),
         "language": "python",
         "metadata": {"debugger": False},

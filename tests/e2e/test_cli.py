@@ -124,3 +124,14 @@ def test_invalid_spec_exits_3_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 3
     assert "spec.yaml:15:1: seedz: unknown key `seedz`; did you mean `seeds`?" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_report_rerenders_from_the_store(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """`bayesflow report RUN` renders the report again from MLflow, refitting nothing."""
+    folder, _ = first_run
+    (html,) = sorted(folder.glob("reports/tiny/*/report.html"))[:1]
+    html.unlink()
+    result = bayesflow(folder, "report", html.parent.name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert html.exists() and html.read_text().count("data:image/png;base64") >= 2
+    assert "Kernel is running over TCP" not in result.stderr
