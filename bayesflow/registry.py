@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from bayesflow.errors import RegistryError
 
-__all__ = ["Registry", "Entry", "closest"]
+__all__ = ["Entry", "Registry", "closest"]
 
 T = TypeVar("T", bound=Callable[..., Any])
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Convention", "Tempering", "CONVENTIONS"]
+__all__ = ["CONVENTIONS", "Convention", "Tempering"]
 
 Convention = Literal["posterior", "likelihood"]
 CONVENTIONS: tuple[str, ...] = ("posterior", "likelihood")

@@ -20,9 +20,10 @@ from bayesflow.errors import DivergenceError
 
 __all__ = ["FitResult", "fit", "minibatches"]
 
-# State fields not walked by the per-epoch check: SGHMC's kept draws are copies of
+# State fields not walked by the per-epoch check: the samplers' kept draws are copies of
 # earlier parameters, which were checked when they were current (a NaN in θ stays NaN),
-# and re-reading all of them every epoch would cost O(samples · d) each time.
+# and re-reading all of them every epoch would cost O(samples · d) each time (NUTS's
+# draws are checked once, in the posterior, after the fit).
 UNCHECKED_FIELDS = frozenset({"samples"})
 
 

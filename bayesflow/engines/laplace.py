@@ -1,4 +1,5 @@
-"""Diagonal generalised Gauss-Newton Laplace approximation (``laplace_diag_ggn``).
+"""Diagonal generalised Gauss-Newton Laplace approximation (``laplace_diag_ggn``), and the
+machinery every Laplace engine shares.
 
 Around a mode θ* (the posterior mean of the MAP or MLE method named by ``from:``) the
 log target is approximated to second order, with the Hessian of the negative log
@@ -16,72 +17,97 @@ the likelihood is), so the variance is ``T / Λ``; equivalently ``𝒯 · (Λ / 
 the per-datum precision ``Λ / N``. ``T = 0`` gives a point mass at θ*.
 
 One pass over the training data accumulates G; the minibatches only bound memory.
+:func:`build_laplace` is this recipe with any curvature, diagonal or dense; the other
+Laplace engines (``laplace_diag_fisher``, ``laplace_dense_*``) are one call of it each.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
-from torch.func import vjp, vmap
 
 from bayesflow.engines import ENGINES
-from bayesflow.engines.base import Batch, Engine, Posterior, Problem
+from bayesflow.engines.base import Batch, Engine, Posterior, Problem, check_dense_dimension
+from bayesflow.engines.curvature import diagonal_ggn
 from bayesflow.errors import StageError
-from bayesflow.spec.methods import LaplaceSpec
+from bayesflow.spec.methods import LaplaceBase, LaplaceSpec
 from bayesflow.temperature import Tempering
 
-__all__ = ["LaplaceState", "build", "diagonal_ggn"]
+__all__ = ["Curvature", "LaplaceState", "build", "build_laplace", "diagonal_ggn"]
 
-# The per-example products of one chunk are (chunk, k, d). On a CPU, chunks of about 2²⁰
-# elements (4 MiB in float32) stay in cache and ran about 2.5x faster than 2²⁴ (measured on a
-# d = 5,514, k = 10 MLP); an accelerator wants big chunks, 2²⁴ elements (64 MiB) at most.
-CHUNK_ELEMENTS = {"cpu": 2**20}
-DEFAULT_CHUNK_ELEMENTS = 2**24
+Curvature = Callable[[Problem, Tensor, Batch], Tensor]
 
 
 class LaplaceState(NamedTuple):
-    """The state of a diagonal Laplace fit.
+    """The state of a Laplace fit.
 
     Attributes:
         params: the mode θ* (d,).
-        curvature: the diagonal GGN G summed over the examples seen so far (d,).
+        curvature: the curvature summed over the examples seen so far: (d,) for a
+            diagonal approximation, (d, d) for a dense one.
     """
 
     params: Tensor
     curvature: Tensor
 
 
-def diagonal_ggn(problem: Problem, params: Tensor, inputs: Tensor) -> Tensor:
-    """``Σᵢ diag(Jᵢᵀ Hᵢ Jᵢ)`` over ``inputs`` (n, ...), computed in bounded chunks.
+def build_laplace(
+    name: str,
+    problem: Problem,
+    tempering: Tempering,
+    config: LaplaceBase,
+    curvature: Curvature,
+    diagonal: str | None = None,
+) -> Engine:
+    """A Laplace engine ``N(θ*, T · (C + c·prior_precision)⁻¹)`` for a curvature C.
 
-    With a square root ``Hᵢ = Lᵢ Lᵢᵀ`` (from its eigendecomposition, as the Hessians are
-    only positive semi-definite), ``diag(Jᵢᵀ Hᵢ Jᵢ) = Σₐ (Jᵢᵀ Lᵢ[:, a])²``: k per-example
-    vector-Jacobian products, vmapped over the examples of a chunk, then squared and summed.
+    Args:
+        name: the engine's registry name, for messages.
+        problem: the model, likelihood, prior and data size.
+        tempering: the temperature T and the convention, which sets the prior weight c.
+        config: the method's spec (its ``batch_size`` bounds the curvature pass's memory).
+        curvature: ``(problem, θ*, batch) -> C`` summed over the batch's examples.
+        diagonal: None when C is diagonal (d,) and the posterior has ``var``; for a dense
+            C (d, d) and a posterior with ``cov``, the diagonal engine to suggest when the
+            model is too large for it.
+
+    Raises:
+        StageError: for a dense approximation of a model with too many parameters.
     """
+    dense = diagonal is not None
+    if diagonal is not None:
+        check_dense_dimension(name, problem, diagonal)
+    temperature, prior_weight = tempering.temperature, tempering.prior_weight
 
-    def scaled_jacobian(flat: Tensor, example: Tensor, root: Tensor) -> Tensor:
-        def output(values: Tensor) -> Tensor:
-            return problem.forward(values, example.unsqueeze(0))[0]
+    def init(params: Tensor, generator: torch.Generator) -> LaplaceState:
+        # Deterministic: the generator is unused.
+        params = params.detach().clone()
+        size = (params.shape[0], params.shape[0]) if dense else (params.shape[0],)
+        return LaplaceState(params, params.new_zeros(size))
 
-        pullback = vjp(output, flat)[1]
-        return vmap(pullback)(root.mT)[0]
-
-    products = vmap(scaled_jacobian, in_dims=(None, 0, 0))
-    with torch.no_grad():
-        num_outputs = problem.forward(params, inputs[:1]).shape[-1]
-    budget = CHUNK_ELEMENTS.get(params.device.type, DEFAULT_CHUNK_ELEMENTS)
-    chunk = max(1, budget // (num_outputs * problem.dimension))
-    total = torch.zeros_like(params)
-    for start in range(0, inputs.shape[0], chunk):
-        piece = inputs[start : start + chunk]
+    def update(state: LaplaceState, batch: Batch) -> tuple[LaplaceState, dict[str, Tensor]]:
+        total = state.curvature + curvature(problem, state.params, batch).detach()
         with torch.no_grad():
-            hessians = problem.output_hessian(problem.forward(params, piece))
-        eigenvalues, eigenvectors = torch.linalg.eigh(hessians)
-        roots = eigenvectors * eigenvalues.clamp(min=0).sqrt().unsqueeze(-2)
-        total += (products(params, piece, roots) ** 2).sum((0, 1))
-    return total
+            loss = -problem.log_posterior(state.params, batch, prior_weight=prior_weight)
+        return LaplaceState(state.params, total), {"loss": loss}
+
+    def posterior(state: LaplaceState) -> Posterior:
+        prior = prior_weight * problem.prior_precision
+        if not dense:
+            if temperature == 0:
+                return Posterior(mean=state.params, var=torch.zeros_like(state.params))
+            precision = state.curvature + prior
+            check_precision(name, precision, problem)
+            return Posterior(mean=state.params, var=temperature / precision)
+        if temperature == 0:
+            return Posterior(mean=state.params, cov=torch.zeros_like(state.curvature))
+        precision = state.curvature + torch.diag(prior)
+        return Posterior(mean=state.params, cov=temperature * dense_inverse(name, precision))
+
+    return Engine(init, update, posterior, 1, config.batch_size)
 
 
 @ENGINES.register("laplace_diag_ggn")
@@ -93,39 +119,33 @@ def build(problem: Problem, tempering: Tempering, config: LaplaceSpec) -> Engine
         tempering: the temperature T and the convention, which sets the prior weight c.
         config: the method's spec (the minibatch size of the curvature pass).
     """
-    temperature = tempering.temperature
-    prior_weight = tempering.prior_weight
-
-    def init(params: Tensor, generator: torch.Generator) -> LaplaceState:
-        # Deterministic: the generator is unused.
-        params = params.detach().clone()
-        return LaplaceState(params, torch.zeros_like(params))
-
-    def update(state: LaplaceState, batch: Batch) -> tuple[LaplaceState, dict[str, Tensor]]:
-        inputs, _ = batch
-        curvature = state.curvature + diagonal_ggn(problem, state.params, inputs)
-        with torch.no_grad():
-            loss = -problem.log_posterior(state.params, batch, prior_weight=prior_weight)
-        return LaplaceState(state.params, curvature), {"loss": loss}
-
-    def posterior(state: LaplaceState) -> Posterior:
-        if temperature == 0:
-            return Posterior(mean=state.params, var=torch.zeros_like(state.params))
-        precision = state.curvature + prior_weight * problem.prior_precision
-        check_precision(precision, problem)
-        return Posterior(mean=state.params, var=temperature / precision)
-
-    return Engine(init, update, posterior, 1, config.batch_size)
+    return build_laplace("laplace_diag_ggn", problem, tempering, config, diagonal_ggn)
 
 
-def check_precision(precision: Tensor, problem: Problem) -> None:
+def dense_inverse(name: str, precision: Tensor) -> Tensor:
+    """``precision⁻¹`` by Cholesky, symmetrised; an error that says what to do if not PD."""
+    precision = 0.5 * (precision + precision.T)
+    factor, info = torch.linalg.cholesky_ex(precision)
+    if int(info) != 0:
+        raise StageError(
+            f"{name}: the posterior precision is not positive definite (its leading minor "
+            f"of order {int(info)} is not positive): the starting point is not a mode, or "
+            "the data and the prior leave a direction unconstrained. Fit the `from` method "
+            "longer, use a proper prior (`prior: {name: diag_normal}`), or use a GGN or "
+            "Fisher curvature, which is positive semi-definite everywhere."
+        )
+    inverse = torch.cholesky_inverse(factor)
+    return 0.5 * (inverse + inverse.T)
+
+
+def check_precision(name: str, precision: Tensor, problem: Problem) -> None:
     """Raise when a parameter has no curvature and no prior, so an infinite variance."""
     flat = precision <= 0
     if bool(flat.any()):
         count = int(flat.sum())
         index = int(flat.nonzero()[0])
         raise StageError(
-            f"laplace_diag_ggn: {count} of {problem.dimension} parameters have zero "
+            f"{name}: {count} of {problem.dimension} parameters have zero "
             f"posterior precision (the first is {locate(problem, index)}): the data do not "
             "constrain them and there is no prior, so their variance would be infinite. "
             "Use a proper prior, for example `prior: {name: diag_normal}`."

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,34 +15,11 @@ from bayesflow.likelihoods import categorical, gaussian
 from bayesflow.models import linear, mlp
 from bayesflow.priors import diag_normal, none
 from bayesflow.problem import build_problem
-from bayesflow.spec.methods import ENGINE_SPECS
+from bayesflow.spec.methods import ENGINE_SPECS, LAPLACE_ENGINES
 from bayesflow.temperature import Tempering
+from tests.engines.helpers import POSITIVE_TEMPERATURE, make_config
 
 NUM_DATA = 24
-
-# A few cheap steps of every engine; each engine joins the suite by adding a line here.
-SMALL_CONFIGS: dict[str, dict[str, Any]] = {
-    "map": {"epochs": 2, "batch_size": 8},
-    "mle": {"epochs": 2, "batch_size": 8},
-    "laplace_diag_ggn": {"batch_size": 8},
-    "vi_diag": {"epochs": 2, "batch_size": 8, "n_samples": 2},
-    "sghmc": {"epochs": 2, "batch_size": 8, "chains": 3, "burn_in": 1, "thin": 2},
-}
-
-
-def make_config(name: str, **overrides: Any) -> Any:
-    """The small spec model of engine ``name``."""
-    values = {"engine": name, **SMALL_CONFIGS[name], **overrides}
-    return ENGINE_SPECS[name].model_validate(values)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Run on one thread: these tiny tensors are several times slower on two busy cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +39,33 @@ def data() -> tuple[torch.Tensor, torch.Tensor]:
     return inputs, targets
 
 
+@pytest.fixture(scope="module")
+def mode(problem: Problem, data: Any) -> torch.Tensor:
+    """The MAP of the tiny problem, where the Laplace engines start (as `from: map` does)."""
+    engine = build_engine("map", problem, epochs=300, batch_size=None, optimizer={"lr": 0.05})
+    generator = torch.Generator().manual_seed(0)
+    return fit(engine, problem.init_params(generator), *data, generator).posterior.mean
+
+
+def starting_point(
+    name: str, problem: Problem, mode: torch.Tensor, generator: torch.Generator
+) -> Any:
+    """Where engine ``name`` starts: the mode for Laplace, else the model's initialisation."""
+    return mode if name in LAPLACE_ENGINES else problem.init_params(generator)
+
+
 def build_engine(name: str, problem: Problem, temperature: float = 1.0, **overrides: Any) -> Engine:
     """Build engine ``name`` on ``problem`` at ``temperature``."""
     tempering = Tempering(temperature, problem.num_data)
     return ENGINES.get(name)(problem, tempering, make_config(name, **overrides))
 
 
-def run(name: str, problem: Problem, data: Any, seed: int, temperature: float = 1.0) -> Posterior:
-    """Fit engine ``name`` from the model's initialisation under ``seed``."""
+def run(
+    name: str, problem: Problem, data: Any, mode: torch.Tensor, seed: int, temperature: float = 1.0
+) -> Posterior:
+    """Fit engine ``name`` from its starting point under ``seed``."""
     generator = torch.Generator().manual_seed(seed)
-    params = problem.init_params(generator)
+    params = starting_point(name, problem, mode, generator)
     engine = build_engine(name, problem, temperature)
     return fit(engine, params, *data, generator).posterior
 
@@ -92,10 +85,19 @@ def test_every_spec_has_an_engine() -> None:
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("name", ENGINES.names())
-def test_round_trip(name: str, temperature: float, problem: Problem, data: Any) -> None:
+def test_round_trip(
+    name: str, temperature: float, problem: Problem, data: Any, mode: torch.Tensor
+) -> None:
     """init → update → posterior gives a finite loss and a finite posterior of the right shape."""
+    if temperature == 0 and name in POSITIVE_TEMPERATURE:
+        with pytest.raises(StageError, match="T = 0"):
+            build_engine(name, problem, temperature)
+        return
     engine = build_engine(name, problem, temperature)
-    state = engine.init(problem.init_params(torch.Generator().manual_seed(1)), torch.Generator())
+    generator = torch.Generator().manual_seed(2)
+    state = engine.init(
+        starting_point(name, problem, mode, torch.Generator().manual_seed(1)), generator
+    )
     inputs, targets = data
     for start in range(0, NUM_DATA, 8):
         state, aux = engine.update(state, (inputs[start : start + 8], targets[start : start + 8]))
@@ -107,32 +109,38 @@ def test_round_trip(name: str, temperature: float, problem: Problem, data: Any) 
 
 
 @pytest.mark.parametrize("name", ENGINES.names())
-def test_same_seed_same_result(name: str, problem: Problem, data: Any) -> None:
+def test_same_seed_same_result(name: str, problem: Problem, data: Any, mode: torch.Tensor) -> None:
     """Two fits under the same seed give identical posteriors."""
-    first = tensors(run(name, problem, data, seed=3))
-    second = tensors(run(name, problem, data, seed=3))
+    first = tensors(run(name, problem, data, mode, seed=3))
+    second = tensors(run(name, problem, data, mode, seed=3))
     assert first.keys() == second.keys()
     for field in first:
         assert torch.equal(first[field], second[field])
 
 
 @pytest.mark.parametrize("name", ENGINES.names())
-def test_posterior_arrays(name: str, problem: Problem, data: Any) -> None:
-    """``to_arrays`` gives samples or a mean and variance, and the parameter names."""
-    arrays = run(name, problem, data, seed=0).to_arrays(problem)
-    assert "samples" in arrays or {"mean", "var"} <= arrays.keys()
+def test_posterior_arrays(name: str, problem: Problem, data: Any, mode: torch.Tensor) -> None:
+    """``to_arrays`` gives samples, or a mean with a variance or covariance, and the names."""
+    arrays = run(name, problem, data, mode, seed=0).to_arrays(problem)
+    forms = [{"samples"}, {"mean", "var"}, {"mean", "cov"}]
+    assert [form for form in forms if form <= arrays.keys()] != []
+    assert len({"samples", "var", "cov"} & arrays.keys()) == 1
     assert tuple(arrays["param_names"]) == problem.param_names
 
 
 @pytest.mark.parametrize("name", ENGINES.names())
-def test_fit_history_has_one_loss_per_epoch(name: str, problem: Problem, data: Any) -> None:
+def test_fit_history_has_one_loss_per_epoch(
+    name: str, problem: Problem, data: Any, mode: torch.Tensor
+) -> None:
     """``fit`` records one finite loss per pass and calls ``on_epoch`` with it."""
     seen: list[tuple[int, float]] = []
     engine = build_engine(name, problem)
     generator = torch.Generator().manual_seed(0)
-    params = problem.init_params(generator)
+    params = starting_point(name, problem, mode, generator)
     result = fit(engine, params, *data, generator, lambda *pair: seen.append(pair))
-    assert len(result.history) == engine.passes and result.steps == engine.passes * 3
+    steps_per_pass = 1 if engine.batch_size is None else 3
+    assert len(result.history) == engine.passes
+    assert result.steps == engine.passes * steps_per_pass
     assert [loss for _, loss in seen] == result.history
     assert [epoch for epoch, _ in seen] == list(range(1, engine.passes + 1))
 

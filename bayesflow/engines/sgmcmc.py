@@ -1,0 +1,165 @@
+"""What every SG-MCMC sampler shares: chains, step sizes, noise, collection.
+
+The samplers (:mod:`sgld`, :mod:`sghmc`, :mod:`sgnht`, :mod:`baoa`) differ only in their
+update rule. :func:`build_chains` binds the rest once, from the method's spec:
+
+- **chains**: ``chains: K`` runs K chains as one (K, d) tensor; the gradient of the
+  per-datum log posterior f is ``vmap(grad_and_value(f))`` over the chain axis, so there
+  is no Python loop over chains. Chain 0 starts from the parameters given to ``init``;
+  chains 1…K−1 from fresh ``problem.init_params`` draws (so parallel chains start apart,
+  as the members of a deep ensemble do; :mod:`deep_ensemble` starts the same way).
+- **temperature**: every sampler targets ``exp(f/𝒯)`` with 𝒯 = T / N
+  (:mod:`bayesflow.temperature`); momenta start from N(0, 𝒯 I) and the injected noise
+  variance is proportional to 𝒯. At T = 0 there is no noise, momenta start at 0, and each
+  sampler is its deterministic optimiser.
+- **step sizes** (``schedule``): ``constant`` ε; ``decaying`` ε·(1 + t/τ)^(−γ), the
+  polynomial decay of Welling & Teh (2011); ``cyclical``, the cosine cycles of cSG-MCMC
+  (Zhang et al., 2020, https://arxiv.org/abs/1902.03932)::
+
+      ε_t = ε/2 · (cos(π r_t) + 1),   r_t = (t mod ⌈S/M⌉) / ⌈S/M⌉
+
+  over S update steps in M cycles; while ``r_t < exploration`` the step injects no noise
+  and keeps no sample (the exploration stage).
+- **collection**: after ``burn_in`` update steps every ``thin``-th state of every chain
+  is kept (``keep: all``), or only each chain's final state (``keep: last``). The kept
+  states are appended in place to the state's ``samples`` list (a new list per step would
+  cost O(S²)), so a state's list is shared with the states after it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.func import grad_and_value, vmap
+
+from bayesflow.engines.base import Batch, Posterior, Problem
+from bayesflow.engines.optimize import steps_per_epoch
+from bayesflow.errors import StageError
+from bayesflow.spec.methods import SamplerBase, SamplerScheduleSpec
+from bayesflow.temperature import Tempering
+
+__all__ = ["Chains", "build_chains", "build_step_size", "chain_starts", "gaussian", "step_aux"]
+
+StepSize = Callable[[int], tuple[float, bool]]
+
+
+def gaussian(
+    shape: tuple[int, ...], scale: float, like: Tensor, generator: torch.Generator
+) -> Tensor:
+    """``scale · N(0, I)`` of ``shape`` drawn from ``generator``, on ``like``'s device."""
+    noise = torch.randn(shape, generator=generator, dtype=like.dtype, device=generator.device)
+    return scale * noise.to(like.device)
+
+
+def chain_starts(
+    problem: Problem, params: Tensor, chains: int, generator: torch.Generator
+) -> Tensor:
+    """K starting points (K, d): ``params`` first, then ``problem.init_params`` draws."""
+    starts = [params.detach()] + [
+        problem.init_params(generator).to(params) for _ in range(chains - 1)
+    ]
+    return torch.stack(starts)
+
+
+def build_step_size(lr: float, spec: SamplerScheduleSpec, total_steps: int) -> StepSize:
+    """``step -> (ε_t, exploring)`` for update steps counted from 0 (see the module doc)."""
+    if spec.kind == "constant":
+        return lambda step: (lr, False)
+    if spec.kind == "decaying":
+        return lambda step: (lr * (1 + step / spec.decay_steps) ** -spec.power, False)
+    period = math.ceil(max(1, total_steps) / spec.cycles)
+
+    def cyclical(step: int) -> tuple[float, bool]:
+        position = (step % period) / period
+        return 0.5 * lr * (math.cos(math.pi * position) + 1), position < spec.exploration
+
+    return cyclical
+
+
+@dataclass(frozen=True)
+class Chains:
+    """The shared parts of an SG-MCMC engine, bound to one problem and spec.
+
+    Attributes:
+        name: the engine's registry name, for messages.
+        problem: the model, likelihood, prior and data size.
+        config: the sampler's spec.
+        per_datum: 𝒯 = T / N, the temperature of the per-datum log posterior.
+        gradient: ``(params (K, d), batch) -> (∇f (K, d), f (K,))``.
+        step_size: ``step -> (ε_t, exploring)``.
+    """
+
+    name: str
+    problem: Problem
+    config: SamplerBase
+    per_datum: float
+    gradient: Callable[[Tensor, Batch], tuple[Tensor, Tensor]]
+    step_size: StepSize
+
+    def start(self, params: Tensor, generator: torch.Generator) -> Tensor:
+        """The K chains' starting points (K, d)."""
+        return chain_starts(self.problem, params, self.config.chains, generator)
+
+    def momenta(self, like: Tensor, generator: torch.Generator) -> Tensor:
+        """Initial momenta N(0, 𝒯 I) shaped like ``like``; zeros at T = 0 (no draw)."""
+        if self.per_datum == 0:
+            return torch.zeros_like(like)
+        return gaussian(tuple(like.shape), math.sqrt(self.per_datum), like, generator)
+
+    def noise(
+        self, variance: float, exploring: bool, like: Tensor, generator: torch.Generator
+    ) -> Tensor | float:
+        """``N(0, variance · I)`` shaped like ``like``; 0 (no draw) at zero variance or
+        while exploring."""
+        if variance <= 0 or exploring:
+            return 0.0
+        return gaussian(tuple(like.shape), math.sqrt(variance), like, generator)
+
+    def collect(self, samples: list[Tensor], params: Tensor, step: int, exploring: bool) -> None:
+        """Append ``params`` (K, d) to ``samples`` when step ``step`` (from 1) is kept."""
+        config = self.config
+        if config.keep != "all" or exploring or step <= config.burn_in:
+            return
+        if (step - config.burn_in) % config.thin == 0:
+            samples.append(params)
+
+    def posterior(self, params: Tensor, samples: list[Tensor], steps: int) -> Posterior:
+        """The kept samples, each chain's contiguous, or the chains' last states."""
+        if self.config.keep == "last":
+            return Posterior(samples=params)
+        if not samples:
+            raise StageError(
+                f"{self.name} kept no samples: burn_in is {self.config.burn_in} but only "
+                f"{steps} update steps ran (or all of them explored); lower burn_in or "
+                "raise epochs"
+            )
+        # Stacked as (K, S, d), then flattened so that each chain's samples are contiguous.
+        return Posterior(samples=torch.stack(samples, 1).reshape(-1, self.problem.dimension))
+
+
+def build_chains(name: str, problem: Problem, tempering: Tempering, config: SamplerBase) -> Chains:
+    """Bind the shared SG-MCMC machinery of engine ``name`` (see the module docstring)."""
+    prior_weight = tempering.prior_weight
+
+    def log_posterior(params: Tensor, batch: Batch) -> Tensor:
+        return problem.log_posterior(params, batch, prior_weight=prior_weight)
+
+    total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
+    return Chains(
+        name=name,
+        problem=problem,
+        config=config,
+        per_datum=tempering.per_datum,
+        gradient=vmap(grad_and_value(log_posterior), in_dims=(0, None)),
+        step_size=build_step_size(config.lr, config.schedule, total_steps),
+    )
+
+
+def step_aux(log_posterior: Tensor) -> dict[str, Tensor]:
+    """The aux of one step: ``loss`` = −f and ``log_posterior`` = f, averaged over chains."""
+    value = log_posterior.mean().detach()
+    return {"loss": -value, "log_posterior": value}
