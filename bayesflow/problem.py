@@ -64,7 +64,7 @@ def build_problem(
     def init_params(generator: torch.Generator) -> Tensor:
         # Re-run the module's own initialisation under the given generator's seed so that
         # the same seed gives the same starting point on every device.
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device).item())
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             for child in module.modules():

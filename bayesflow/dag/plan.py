@@ -115,7 +115,8 @@ def _shares_temperature(spec: WorkflowSpec, method: str) -> bool:
     engine = spec.methods[method].engine
     if engine == "mle":
         return True
-    return engine == "map" and spec.temperature_convention == "posterior"
+    # A deep ensemble is K MAP fits (the T = 0 limit of parallel SGHMC): shared like MAP.
+    return engine in ("map", "deep_ensemble") and spec.temperature_convention == "posterior"
 
 
 def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:

@@ -20,7 +20,12 @@ from pydantic import (
     model_validator,
 )
 
-from bayesflow.spec.methods import MethodSpec, Strict
+from bayesflow.spec.methods import (
+    LAPLACE_ENGINES,
+    POSITIVE_TEMPERATURE_ENGINES,
+    MethodSpec,
+    Strict,
+)
 
 __all__ = [
     "DataSpec",
@@ -442,7 +447,6 @@ class WorkflowSpec(Strict):
 
 
 OPTIMIZATION_ENGINES = ("map", "mle")
-LAPLACE_ENGINES = ("laplace_diag_ggn",)
 
 
 def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
@@ -455,9 +459,17 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
     if not isinstance(methods, dict):
         return []
     problems: list[tuple[tuple[str, ...], str]] = []
+    temperatures = data.get("temperatures")
+    has_zero = isinstance(temperatures, list) and any(
+        isinstance(t, (int, float)) and not isinstance(t, bool) and t == 0 for t in temperatures
+    )
     for name, method in methods.items():
         if not isinstance(method, dict):
             continue
+        if has_zero and method.get("engine") in POSITIVE_TEMPERATURE_ENGINES:
+            problems.append((("methods", name, "engine"),
+                f"{method.get('engine')} samples exp(-U/T) and needs T > 0, but `temperatures` "
+                "holds 0; drop 0 from the grid or use an optimiser for the T → 0 limit"))
         source, engine = method.get("from"), method.get("engine")
         if source is not None and source not in methods:
             problems.append((("methods", name, "from"),

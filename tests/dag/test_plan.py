@@ -55,3 +55,10 @@ def test_order_puts_inputs_first(tiny_spec: Path) -> None:
     for position, name in enumerate(order):
         stage = plan_workflow(load_spec(tiny_spec).spec, "d").stages[name]
         assert all(order.index(dep) < position for dep in stage.inputs)
+
+
+def test_deep_ensemble_is_shared_across_temperatures(tiny_spec: Path) -> None:
+    """A deep ensemble (T = 0 limit of parallel SGHMC) is fitted once per seed."""
+    spec = load_spec(tiny_spec, ["+methods.ensemble={engine: deep_ensemble, members: 3}"]).spec
+    fits = plan_workflow(spec, "d").of_kind("fit")
+    assert [s.name for s in fits if s.method == "ensemble"] == ["fit/ensemble/T=shared/seed=0"]

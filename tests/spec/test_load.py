@@ -169,3 +169,15 @@ def test_extends_merges_a_base(tmp_path: Path) -> None:
     child = write(tmp_path, "extends: base.yaml\nname: child\nseeds: [1, 2]\n", "child.yaml")
     spec = load_spec(child).spec
     assert (spec.name, spec.seeds, spec.methods["map"].epochs) == ("child", [1, 2], 3)
+
+
+def test_nuts_refuses_a_zero_temperature(tmp_path: Path) -> None:
+    """NUTS needs T > 0: a grid holding 0 is refused at the engine's line."""
+    text = TINY_SPEC.replace("temperatures: [0.1, 1.0]", "temperatures: [0, 1.0]").replace(
+        "  laplace:\n", "  reference:\n    engine: nuts\n  laplace:\n"
+    )
+    path = write(tmp_path, text)
+    assert problems(path) == [
+        f"{path}:22:5: methods.reference.engine: nuts samples exp(-U/T) and needs T > 0, but "
+        "`temperatures` holds 0; drop 0 from the grid or use an optimiser for the T → 0 limit"
+    ]
