@@ -181,3 +181,15 @@ def test_nuts_refuses_a_zero_temperature(tmp_path: Path) -> None:
         f"{path}:22:5: methods.reference.engine: nuts samples exp(-U/T) and needs T > 0, but "
         "`temperatures` holds 0; drop 0 from the grid or use an optimiser for the T → 0 limit"
     ]
+
+
+def test_readme_example_spec_validates() -> None:
+    """The spec shown in the README is a valid spec."""
+    import re
+
+    readme = Path(__file__).parents[2].joinpath("README.md").read_text()
+    section = readme.split("## The spec", 1)[1]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)[:1]
+    import yaml
+
+    load_spec(yaml.safe_load(block))
