@@ -1,0 +1,184 @@
+"""Case 3: the default workflow end to end, and the shares of tracking and the report.
+
+``bayesflow.api.run`` on ``workflows/cold_posterior.yaml`` in a temporary working
+directory (its own MLflow store, cache and reports), with two instruments:
+
+- :class:`TimingTracker` wraps the :class:`~bayesflow.tracking.MlflowTracker` and adds up
+  the seconds of every call bayesflow makes to it (the tracking cost, measured directly;
+  the first call, which imports mlflow and creates the store, is also reported apart);
+- :class:`StageTimer`, a hook, records each stage's kind and whether it was cached; the
+  executor's ``outcome.seconds`` gives each stage's compute seconds.
+
+Shares of the wall time: compute (fit and evaluate stages), report (plot and report
+stages, which read the store and run papermill), tracking (MLflow calls), and the rest
+(loading the data, planning, the cache, hooks). ``quick`` runs one seed with fewer
+epochs; ``smoke`` runs one MAP epoch at one temperature with an in-memory tracker and
+no report, to exercise the code path only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.grids import working_directory
+from benchmarks.timing import Settings
+
+__all__ = ["QUICK_OVERRIDES", "StageTimer", "TimingTracker", "run"]
+
+WORKFLOW = Path(__file__).resolve().parents[1] / "workflows" / "cold_posterior.yaml"
+QUICK_OVERRIDES = [
+    "seeds=[0]",
+    "methods.map.epochs=30",
+    "methods.vi.epochs=30",
+    "methods.sghmc.epochs=60",
+    "methods.sghmc.burn_in=160",
+    "methods.parallel_sghmc.epochs=30",
+]
+SMOKE_OVERRIDES = [
+    "seeds=[0]",
+    "temperatures=[1.0]",
+    "methods={map: {engine: map, epochs: 1, batch_size: 128}}",
+    "plots=[]",
+    "report.enabled=false",
+]
+
+
+class TimingTracker:
+    """A tracker that delegates every call to ``inner`` and adds up its seconds by method.
+
+    Args:
+        inner: the tracker bayesflow would otherwise use (an ``MlflowTracker``).
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        # The first call imports mlflow and creates the store (its SQLite schema): a cost
+        # paid once per store, reported apart from the steady per-run cost.
+        self.first_call: tuple[str, float] | None = None
+
+    @property
+    def uri(self) -> str:
+        """The wrapped tracker's URI (stages read the store back through it)."""
+        return str(self.inner.uri)
+
+    @property
+    def total(self) -> float:
+        """Seconds spent inside the wrapped tracker."""
+        return sum(self.seconds.values())
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if not callable(attribute):
+            return attribute
+        return self._timed(name, attribute)
+
+    def _timed(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                seconds = time.perf_counter() - began
+                self.seconds[name] += seconds
+                self.calls[name] += 1
+                if self.first_call is None:
+                    self.first_call = (name, seconds)
+
+        return timed
+
+
+class StageTimer:
+    """A hook recording each stage's kind, whether it was cached, and failures."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, str] = {}
+        self.cached: list[str] = []
+        self.failed: list[str] = []
+
+    def before_stage(self, stage: Any) -> None:
+        self.kinds[stage.name] = stage.kind
+
+    def after_stage(self, stage: Any, entry: Any, cached: bool) -> None:
+        self.kinds[stage.name] = stage.kind
+        if cached:
+            self.cached.append(stage.name)
+
+    def on_failure(self, stage: Any, error: BaseException, detail: str) -> None:
+        self.failed.append(stage.name)
+
+    def on_interrupt(self, stage: Any) -> None:
+        pass
+
+
+def overrides_for(mode: str) -> list[str]:
+    """The overrides each mode applies to the default workflow."""
+    return {"full": [], "quick": QUICK_OVERRIDES, "smoke": SMOKE_OVERRIDES}[mode]
+
+
+def run(settings: Settings, workflow: Path = WORKFLOW) -> dict[str, Any]:
+    """Run the workflow once in a temporary folder; wall time and its shares."""
+    import tempfile
+
+    from bayesflow import api
+
+    overrides = overrides_for(settings.mode) + [f"execution.device={settings.device}"]
+    timer = StageTimer()
+    with (
+        tempfile.TemporaryDirectory(prefix="bayesflow-bench-") as folder,
+        working_directory(Path(folder)),
+    ):
+        began = time.perf_counter()
+        loaded = api.load(workflow, overrides)
+        if settings.smoke:
+            from bayesflow.tracking import InMemoryTracker
+
+            inner: Any = InMemoryTracker(Path(folder) / "artifacts")
+        else:
+            from bayesflow.tracking import MlflowTracker
+
+            inner = MlflowTracker(api.tracking_uri_of(loaded))
+        tracker = TimingTracker(inner)
+        result = api.run(loaded, hooks=[timer], tracker=tracker)
+        wall = time.perf_counter() - began
+    torch.set_num_threads(settings.threads)  # the fit stages set the spec's threads
+    if not result.outcome.ok:
+        raise RuntimeError(f"the default workflow failed: {result.outcome.errors}")
+    by_kind: dict[str, float] = defaultdict(float)
+    for name, seconds in result.outcome.seconds.items():
+        by_kind[timer.kinds.get(name, name.split("/", 1)[0])] += seconds
+    compute = by_kind["fit"] + by_kind["evaluate"]
+    report = by_kind["plot"] + by_kind["report"]
+    tracking = tracker.total
+    first = tracker.first_call or ("none", 0.0)
+    return {
+        "workflow": workflow.name,
+        "overrides": overrides,
+        "tracker": type(inner).__name__,
+        "stages": len(result.outcome.seconds),
+        "cached_stages": len(timer.cached),
+        "wall_s": wall,
+        "compute_s": compute,
+        "report_s": report,
+        "tracking_s": tracking,
+        "other_s": wall - compute - report - tracking,
+        "stage_s": dict(by_kind),
+        "tracking_calls": {
+            name: {"calls": tracker.calls[name], "seconds": seconds}
+            for name, seconds in sorted(tracker.seconds.items())
+        },
+        "tracking_first_call": {"method": first[0], "seconds": first[1]},
+        "tracking_share": tracking / wall,
+        "tracking_steady_share": (tracking - first[1]) / wall,
+        "report_share": report / wall,
+        "tracking_report_share": (tracking + report) / wall,
+        # Everything that is not fit/evaluate compute: an upper bound of the overhead.
+        "non_compute_share": (wall - compute) / wall,
+    }

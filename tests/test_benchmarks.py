@@ -1,0 +1,104 @@
+"""The benchmark (benchmarks/) runs in its smoke mode and writes every case; no timing limits."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("posteriors")
+
+from benchmarks.report import END, START
+from benchmarks.run import CASES, main
+
+
+def positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    folder = tmp_path_factory.mktemp("bench")
+    main(["--smoke", "--out", str(folder), "--doc", str(folder / "benchmarks.md")])
+    (written,) = folder.glob("*-cpu-smoke.json")
+    return json.loads(written.read_text()), folder
+
+
+def test_smoke_json_has_every_case(smoke: tuple[dict[str, Any], Path]) -> None:
+    """The JSON holds every case, the machine and the targets."""
+    results, _ = smoke
+    assert set(CASES) <= set(results)
+    assert results["machine"]["posteriors"].startswith("0.1")
+    assert {target["target"].split(" ")[0] for target in results["targets"]} >= {
+        "SGHMC",
+        "VI",
+        "Tracking",
+    }
+
+
+def test_smoke_pima_timings_are_positive(smoke: tuple[dict[str, Any], Path]) -> None:
+    """Every Pima step and chain row has positive timings for both libraries."""
+    pima = smoke[0]["pima"]
+    assert {row["method"] for row in pima["per_step"]} >= {"sghmc", "vi_diag", "laplace_diag_ggn"}
+    for row in pima["per_step"]:
+        assert positive(row["bayesflow_s"]) and positive(row["posteriors_s"]), row
+    assert {row["chains"] for row in pima["chains"]} == {1, 10}
+    for row in pima["chains"]:
+        assert positive(row["bayesflow_chain_steps_per_s"]) and positive(
+            row["posteriors_chain_steps_per_s"]
+        )
+
+
+def test_smoke_digits_grids_and_workflow_are_positive(smoke: tuple[dict[str, Any], Path]) -> None:
+    """Digits epochs, the grids, the paper's case and the workflow all have positive times."""
+    results = smoke[0]
+    assert {row["method"] for row in results["digits"]["per_epoch"]} == {
+        "map",
+        "vi_diag",
+        "sghmc",
+        "laplace_diag_ggn",
+    }
+    for row in results["digits"]["per_epoch"]:
+        assert positive(row["bayesflow_s"]) and positive(row["posteriors_s"]), row
+    grids = results["grids"]
+    assert positive(grids["laplace_grid"]["fit_ratio"])
+    assert positive(grids["sghmc_grid"]["ratio"])
+    assert positive(grids["paper_parallel_sghmc"]["wall_s"])
+    workflow = results["workflow"]
+    assert positive(workflow["wall_s"]) and positive(workflow["compute_s"])
+    assert 0 <= workflow["tracking_report_share"] <= 1
+
+
+def test_smoke_doc_has_the_tables_between_markers(smoke: tuple[dict[str, Any], Path]) -> None:
+    """The Markdown table is written between the markers a rerun replaces."""
+    text = (smoke[1] / "benchmarks.md").read_text()
+    assert START in text and END in text and "### Targets" in text
+
+
+def test_fresh_state_owns_its_defaults() -> None:
+    """posteriors' shared class-default `step` does not leak through an in-place update."""
+    from benchmarks.peers import fresh, import_posteriors
+
+    sghmc = import_posteriors().sgmcmc.sghmc
+    transform = sghmc.build(lambda p, b: ((p * b).sum(), torch.tensor([])), lr=0.1, temperature=0.0)
+    state = fresh(sghmc.init(torch.zeros(3), 0.0))
+    transform.update(state, torch.ones(3), inplace=True)
+    assert int(state.step) == 1
+    assert int(sghmc.init(torch.zeros(3), 0.0).step) == 0
+
+
+def test_timing_tracker_delegates_and_counts() -> None:
+    """The timing wrapper returns the wrapped tracker's answers and counts each call."""
+    from bayesflow.tracking import InMemoryTracker
+    from benchmarks.workflow import TimingTracker
+
+    tracker = TimingTracker(InMemoryTracker())
+    run_id = tracker.start_run("experiment", "run")
+    tracker.log_metrics(run_id, {"loss": 1.0})
+    assert tracker.get_run(run_id).metrics == {"loss": 1.0}
+    assert tracker.uri == "memory://"
+    assert tracker.calls["start_run"] == 1 and tracker.total >= 0
