@@ -181,6 +181,8 @@ class TrackingHook:
         self.tracker.log_metrics(run_id, metrics)
         if values.get("history"):
             self.tracker.log_history(run_id, "train_loss", values["history"])
+        for name, trace in values.get("traces", {}).items():
+            self.tracker.log_history(run_id, f"trace/{name}", trace)
         self.tracker.log_artifact(run_id, entry.file(POSTERIOR_FILE), "posterior")
 
     def _log_evaluation(self, stage: Stage, entry: Entry) -> None:

@@ -26,6 +26,9 @@ __all__ = ["POSTERIOR_FILE", "StageRunner", "fit_parameters"]
 POSTERIOR_FILE = "posterior.npz"
 EVALUATION_FILE = "evaluation.npz"
 PRIOR_PREDICTIVE_FILE = "prior_predictive.npz"
+# Samples whose scores one vmapped gradient call computes for the KSD: 64 samples of the
+# digits MLP on its 898 training points hold 64 × 898 × 64 floats (15 MB) of activations.
+KSD_CHUNK = 64
 
 
 def fit_parameters(loaded: LoadedSpec, stage: Stage) -> dict[str, Any]:
@@ -48,6 +51,8 @@ def fit_parameters(loaded: LoadedSpec, stage: Stage) -> dict[str, Any]:
     params.update({key: value for key, value in flat.items() if key != "engine"})
     if spec.prior.name == "diag_normal":
         params["prior_variance"] = spec.prior.variance
+    # Fitted as one cell of a vectorised grid (execution.vectorize, a fit_group stage).
+    params["vectorized"] = bool(stage.config.get("vectorized", False))
     return params
 
 
@@ -82,6 +87,7 @@ class StageRunner:
     def __call__(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
         runner = {
             "fit": self.fit,
+            "fit_group": self.fit_group,
             "evaluate": self.evaluate,
             "plot": self.plot,
             "report": self.report,
@@ -141,7 +147,12 @@ class StageRunner:
         A method with ``parameters`` is fitted on the problem restricted to those tensors,
         the others fixed at the ``from`` method's values; its posterior is embedded back
         into the full flat space before it is saved.
+
+        A cell of a vectorised grid (its input a ``fit_group`` stage) only copies its
+        posterior and fit values out of the group's output.
         """
+        if stage.config.get("vectorized"):
+            return _group_cell(stage, inputs, staging)
         import torch
 
         from bayesflow.engines import ENGINES
@@ -168,7 +179,9 @@ class StageRunner:
         x_train, y_train = self._tensors(self.dataset.x_train, self.dataset.y_train, problem.device)
         began = time.perf_counter()
         try:
-            result = fit(engine, params, x_train, y_train, generator)
+            traces: dict[str, list[float]] = {}
+            result = fit(engine, params, x_train, y_train, generator,
+                         on_state=_kinetic_trace(tempering, traces))
         except DivergenceError as exc:
             raise DivergenceError(f"{_cell(stage)} diverged: {exc}") from exc
         seconds = time.perf_counter() - began
@@ -186,44 +199,176 @@ class StageRunner:
             "fit_seconds": seconds,
             "steps": int(result.steps),
             "history": [float(value) for value in result.history],
+            "traces": traces,
             "diagnostics": diagnostics,
         }
 
-    def evaluate(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
-        """Evaluate a fitted posterior on the test set."""
+    def fit_group(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
+        """Fit every cell of a vectorised SG-MCMC grid as one batched engine run.
+
+        The group has K = cells × C chains (C = the method's ``chains``), chain k at its
+        cell's temperature (:class:`~bayesflow.temperature.ChainTempering`). Each cell's C
+        chains start where its one-by-one fit's do (``init_params`` and
+        :func:`~bayesflow.engines.sgmcmc.chain_starts` under a generator seeded with the
+        cell's seed); the momenta, the noise and the minibatch order come from one
+        generator seeded by the group's key. Writes ``posterior-<i>.npz`` for cell i and
+        returns ``cells`` (the cells' fit stage names) and ``fits`` (each cell's values:
+        the group's steps, its seconds divided among the cells, the cell's own loss trace
+        and sampler diagnostics).
+        """
         import torch
 
+        from bayesflow.engines import ENGINES
         from bayesflow.engines.base import Posterior
-        from bayesflow.evaluate import evaluate_full
+        from bayesflow.engines.fit import fit
+        from bayesflow.engines.sgmcmc import chain_starts
+        from bayesflow.spec.methods import SamplerBase
+        from bayesflow.temperature import ChainTempering, Tempering
 
-        (fitted,) = inputs.values()
-        problem, likelihood, _ = self._problem(stage)
-        arrays = dict(np.load(fitted.file(POSTERIOR_FILE)))
-        posterior = Posterior.from_arrays(arrays)
-        for name in ("samples", "mean", "var", "cov"):
-            value = getattr(posterior, name)
-            if value is not None:
-                setattr(posterior, name, value.to(problem.device))
+        spec = self.loaded.spec
+        cells = stage.config["cells"]
+        config = spec.methods[stage.method or ""]
+        if not isinstance(config, SamplerBase):
+            raise StageError(f"{stage.name}: only SG-MCMC samplers run as a vectorised grid")
+        per_cell = config.chains
+        problem, _, _ = self._problem(stage)
+        starts = []
+        for cell in cells:
+            generator = torch.Generator(device=problem.device).manual_seed(int(cell["seed"]))
+            params = problem.init_params(generator)
+            starts.append(chain_starts(problem, params, per_cell, generator))
+        temperatures = tuple(float(cell["temperature"]) for cell in cells for _ in range(per_cell))
+        tempering = ChainTempering(temperatures, problem.num_data, spec.temperature_convention)
+        engine = ENGINES.get(stage.engine or "")(problem, tempering, config)
+        chain_losses: list[Any] = []
+        histories: list[list[float]] = [[] for _ in cells]
+
+        def update(state: Any, batch: Any) -> tuple[Any, dict[str, Any]]:
+            state, aux = engine.update(state, batch)
+            chain_losses.append(aux["chain_loss"])
+            return state, aux
+
+        def on_epoch(epoch: int, loss: float) -> None:
+            # One read-back per epoch, as fit itself does: each cell's mean −f.
+            per_chain = torch.stack(chain_losses).mean(0).reshape(len(cells), per_cell)
+            for history, value in zip(histories, per_chain.mean(1).tolist()):
+                history.append(float(value))
+            chain_losses.clear()
+
+        x_train, y_train = self._tensors(self.dataset.x_train, self.dataset.y_train, problem.device)
+        generator = torch.Generator(device=problem.device).manual_seed(int(stage.key, 16) % 2**63)
+        began = time.perf_counter()
+        try:
+            result = fit(
+                engine._replace(update=update), torch.cat(starts), x_train, y_train, generator,
+                on_epoch=on_epoch,
+            )
+        except DivergenceError as exc:
+            raise DivergenceError(
+                f"method {stage.method!r} ({stage.engine}), the vectorised grid of "
+                f"{len(cells)} cells, diverged: {exc}"
+            ) from exc
+        seconds = time.perf_counter() - began
+        assert result.posterior.samples is not None  # samplers' posteriors are samples
+        samples = result.posterior.samples.reshape(len(cells), -1, problem.dimension)
+        fits = []
+        for index, cell in enumerate(cells):
+            posterior = Posterior(samples=samples[index])
+            np.savez(staging / f"posterior-{index}.npz", **posterior.to_arrays(problem))
+            diagnostics = {}
+            if spec.evaluate.diagnostics:
+                from bayesflow.evaluate.sampler import sampler_diagnostics
+
+                rows = slice(index * per_cell, (index + 1) * per_cell)
+                state = _chain_slice(result.state, rows)
+                chains = per_cell if config.keep == "all" else 1
+                cell_tempering = Tempering(
+                    float(cell["temperature"]), problem.num_data, spec.temperature_convention
+                )
+                diagnostics = sampler_diagnostics(
+                    problem, cell_tempering, state, posterior, chains, x_train, y_train
+                )
+            fits.append({
+                "fit_seconds": seconds / len(cells),
+                "steps": int(result.steps),
+                "history": histories[index],
+                "diagnostics": diagnostics,
+            })
+        return {"cells": [cell["name"] for cell in cells], "fits": fits, "group_seconds": seconds}
+
+    def evaluate(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
+        """Evaluate a fitted posterior on the test set; with ``evaluate.ksd``, against its
+        tempered target; with ``evaluate.reference``, against the reference method's fit
+        (the stage's second input)."""
+        import torch
+
+        from bayesflow.evaluate import Evaluation, describe, evaluate_full
+
+        fit_name = stage.name.replace("evaluate/", "fit/", 1)
+        problem, likelihood, tempering = self._problem(stage)
+        posterior = _load_posterior(inputs[fit_name], problem.device)
         generator = torch.Generator(device=problem.device).manual_seed(10_000 + int(stage.seed or 0))
         x_test, y_test = self._tensors(self.dataset.x_test, self.dataset.y_test, problem.device)
         settings = self.loaded.spec.evaluate
         x_ood = None
         if self.dataset.x_ood is not None:
             x_ood = torch.as_tensor(self.dataset.x_ood, device=problem.device)
-        result = evaluate_full(
-            problem, likelihood, posterior, x_test, y_test,
-            n_samples=settings.n_samples, generator=generator, ece_bins=settings.ece_bins,
-            ece_binning=settings.ece_binning, coverage_levels=settings.coverage_levels,
-            x_ood=x_ood, prediction=settings.prediction if posterior.kind == "gaussian" else "sampled",
-        )
-        bad = [name for name, value in result.metrics.items() if not np.isfinite(value)]
+        result = Evaluation({})  # an energy (a fixed target, no data) has no predictive
+        if likelihood.task != "energy":
+            result = evaluate_full(
+                problem, likelihood, posterior, x_test, y_test,
+                n_samples=settings.n_samples, generator=generator, ece_bins=settings.ece_bins,
+                ece_binning=settings.ece_binning, coverage_levels=settings.coverage_levels,
+                x_ood=x_ood, prediction=settings.prediction if posterior.kind == "gaussian" else "sampled",
+            )
+        metrics = {name: float(value) for name, value in result.metrics.items()}
+        conventions = dict(result.conventions)
+        if settings.ksd is not None and stage.temperature:
+            metrics["ksd"], conventions["ksd"] = self._stein_discrepancy(
+                stage, problem, tempering, posterior, settings.ksd
+            )
+        references = [entry for name, entry in inputs.items() if name != fit_name]
+        if references:
+            distances = _reference_distances(stage, posterior, references[0])
+            metrics.update(distances)
+            conventions.update(describe(distances))
+        bad = [name for name, value in metrics.items() if not np.isfinite(value)]
         if bad:
             raise StageError(f"{_cell(stage)}: metrics {bad} are not finite; the fit may have diverged")
-        np.savez_compressed(staging / EVALUATION_FILE, **result.arrays)
-        return {
-            "metrics": {name: float(value) for name, value in result.metrics.items()},
-            "conventions": dict(result.conventions),
-        }
+        if result.arrays:
+            np.savez_compressed(staging / EVALUATION_FILE, **result.arrays)
+        return {"metrics": metrics, "conventions": conventions}
+
+    def _stein_discrepancy(
+        self, stage: Stage, problem: Any, tempering: Any, posterior: Any, settings: Any
+    ) -> tuple[float, str]:
+        """The KSD of the posterior's samples against the score of the full-batch tempered
+        log posterior N·f(θ)/T (:mod:`bayesflow.temperature`), and its convention line."""
+        import torch
+
+        from bayesflow.evaluate import CONVENTIONS, draw_samples
+        from bayesflow.evaluate.stein import kernelized_stein_discrepancy, stein_scores
+
+        generator = torch.Generator(device=problem.device).manual_seed(30_000 + int(stage.seed or 0))
+        samples = draw_samples(posterior, settings.max_samples, generator)
+        batch = self._tensors(self.dataset.x_train, self.dataset.y_train, problem.device)
+
+        def log_target(params: Any) -> Any:
+            log_posterior = problem.log_posterior(params, batch, tempering.prior_weight)
+            return log_posterior / tempering.per_datum
+
+        # vmap over all samples at once holds every sample's activations on the whole
+        # training set; chunks keep that to KSD_CHUNK samples' worth.
+        scores = torch.cat([stein_scores(log_target, piece) for piece in samples.split(KSD_CHUNK)])
+        value = kernelized_stein_discrepancy(
+            samples, scores, kernel=settings.kernel, bandwidth=settings.bandwidth
+        )
+        convention = (
+            f"{CONVENTIONS['ksd']}; here kernel {settings.kernel}, h = {settings.bandwidth}, "
+            f"{samples.shape[0]} samples, target the full-batch posterior tempered at "
+            f"T = {tempering.temperature:g}"
+        )
+        return value, convention
 
     def prior_predictive(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
         """Class probabilities that draws from the prior give the test inputs."""
@@ -285,6 +430,66 @@ class StageRunner:
             parameters["prior_predictive_path"] = str(inputs["prior_predictive"].file(PRIOR_PREDICTIVE_FILE))
         rendered = render_report(spec.report.template, parameters, self.report_dir)
         return {"notebook": str(rendered.notebook), "html": str(rendered.html)}
+
+
+def _group_cell(stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
+    """A vectorised cell's fit: its posterior and values, taken from its group's output."""
+    import shutil
+
+    (group,) = inputs.values()
+    index = group.values["cells"].index(stage.name)
+    shutil.copyfile(group.file(f"posterior-{index}.npz"), staging / POSTERIOR_FILE)
+    return {**group.values["fits"][index], "vectorized": True}
+
+
+def _chain_slice(state: Any, rows: slice) -> Any:
+    """The ``params`` and ``momenta`` of some chains of a sampler state, for diagnostics."""
+    from types import SimpleNamespace
+
+    momenta = getattr(state, "momenta", None)
+    return SimpleNamespace(
+        params=state.params[rows], momenta=None if momenta is None else momenta[rows]
+    )
+
+
+def _load_posterior(entry: Entry, device: Any) -> Any:
+    """The posterior a fit stage saved, its tensors moved to ``device``."""
+    from bayesflow.engines.base import Posterior
+
+    posterior = Posterior.from_arrays(dict(np.load(entry.file(POSTERIOR_FILE))))
+    for name in ("samples", "mean", "var", "cov"):
+        value = getattr(posterior, name)
+        if value is not None:
+            setattr(posterior, name, value.to(device))
+    return posterior
+
+
+def _reference_distances(stage: Stage, posterior: Any, reference: Entry) -> dict[str, float]:
+    """``reference_mean_error`` and ``reference_variance_error`` against a reference fit."""
+    from bayesflow.evaluate.reference import compare_to_reference, posterior_moments
+
+    mean, var = posterior_moments(_load_posterior(reference, "cpu"))
+    if not (var > 0).all():
+        raise StageError(
+            f"{_cell(stage)}: the reference fit ({stage.name} reads evaluate.reference's fit) "
+            f"has zero variance in {int((var <= 0).sum())} parameters, so it cannot serve as "
+            "a reference; give it more samples or choose a sampler as evaluate.reference"
+        )
+    return compare_to_reference(posterior, mean, var)
+
+
+def _kinetic_trace(tempering: Any, traces: dict[str, list[float]]) -> Any:
+    """An ``on_state`` callback recording, per epoch, the kinetic temperature of the
+    momenta as a ratio to the 𝒯 = T/N they should have (1 is right; unit mass)."""
+
+    def record(epoch: int, state: Any) -> None:
+        momenta = getattr(state, "momenta", None)
+        if momenta is None or tempering.per_datum <= 0:
+            return
+        ratio = float((momenta.detach() ** 2).mean()) / tempering.per_datum
+        traces.setdefault("kinetic_temperature_ratio", []).append(ratio)
+
+    return record
 
 
 def _starting_point(posterior: Any) -> Any:

@@ -31,6 +31,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 import yaml
 from IPython.display import Markdown, display
 
@@ -142,14 +143,22 @@ if not results_csv:
     # one-pass methods (Laplace) have no trace worth drawing
     traces = traces.groupby("run_id").filter(lambda run: len(run) > 1)
     if not traces.empty:
-        import seaborn as sns
-
         grid = sns.relplot(
             data=traces, x="step", y="value", hue="temperature", col="method", kind="line",
-            errorbar=None, col_wrap=3, height=3, aspect=1.3, palette="viridis",
+            errorbar=None, col_wrap=min(3, traces["method"].nunique()), height=3, aspect=1.3, palette="viridis",
             facet_kws={"sharey": False},
         )
         grid.set_axis_labels("epoch", "training loss")
+        plt.show()
+    kinetic = bayesflow.histories(run_id, "trace/kinetic_temperature_ratio", tracking_uri=tracking_uri or None)
+    if not kinetic.empty:
+        grid = sns.relplot(
+            data=kinetic, x="step", y="value", hue="temperature", col="method", kind="line",
+            errorbar=None, col_wrap=min(3, kinetic["method"].nunique()), height=3, aspect=1.3, palette="viridis",
+        )
+        grid.set_axis_labels("epoch", "kinetic temperature / target")
+        for axis in grid.axes.flat:
+            axis.axhline(1.0, color="black", linestyle=":", linewidth=1)
         plt.show()
 
 # %% [markdown]
@@ -178,7 +187,6 @@ else:
 # %%
 if prior_predictive_path:
     import numpy as np
-    import seaborn as sns
 
     check = np.load(prior_predictive_path)
     figure, axes = plt.subplots(1, 2, figsize=(10, 3.5))

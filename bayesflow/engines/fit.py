@@ -65,6 +65,7 @@ def fit(
     train_targets: Tensor,
     generator: torch.Generator,
     on_epoch: Callable[[int, float], None] | None = None,
+    on_state: Callable[[int, Any], None] | None = None,
 ) -> FitResult:
     """Run ``engine`` from ``params`` for ``engine.passes`` epochs.
 
@@ -74,6 +75,8 @@ def fit(
         train_inputs, train_targets: the training data (n, ...), (n,).
         generator: seeds the engine and the shuffling; the same seed gives the same fit.
         on_epoch: called as ``on_epoch(epoch, loss)`` after each epoch (epochs count from 1).
+        on_state: called as ``on_state(epoch, state)`` after each epoch, for diagnostics
+            that read the state (e.g. the kinetic temperature of the momenta).
 
     Raises:
         DivergenceError: when the loss, the state or the posterior is NaN or infinite.
@@ -95,6 +98,8 @@ def fit(
         history.append(loss)
         if on_epoch is not None:
             on_epoch(epoch, loss)
+        if on_state is not None:
+            on_state(epoch, state)
     posterior = engine.posterior(state)
     check_finite(engine.passes, 1, steps, posterior, what="posterior")
     return FitResult(state, posterior, history, steps)
