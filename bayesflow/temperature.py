@@ -14,6 +14,10 @@ Engines work with the per-datum normalised log posterior of the posteriors libra
 whose tempered density ``exp(N f / T) = exp(f / 𝒯)`` is the target above, with ``c = 1``
 for the posterior convention and ``c = T`` for the likelihood convention. A Gaussian
 approximation with per-datum precision ``P`` therefore has covariance ``𝒯 P⁻¹``.
+
+:class:`ChainTempering` holds one temperature per chain, for SG-MCMC chains of a
+temperature grid run as one batched program (``execution.vectorize``); each chain's
+𝒯 and prior weight are those of its own :class:`Tempering`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CONVENTIONS", "Convention", "Tempering"]
+__all__ = ["CONVENTIONS", "ChainTempering", "Convention", "Tempering"]
 
 Convention = Literal["posterior", "likelihood"]
 CONVENTIONS: tuple[str, ...] = ("posterior", "likelihood")
@@ -64,3 +68,42 @@ class Tempering:
         """Whether the mode of the tempered target moves with T (it does not when the
         whole posterior is tempered), so whether a MAP fit can be shared across T."""
         return self.convention == "likelihood"
+
+
+@dataclass(frozen=True)
+class ChainTempering:
+    """One user temperature per chain, the data size and the convention.
+
+    SG-MCMC engines built with it run ``len(temperatures)`` chains, chain k targeting the
+    posterior tempered at ``temperatures[k]`` (a vectorised temperature grid).
+
+    Args:
+        temperatures: the user-facing ``T_k ≥ 0`` of every chain.
+        num_data: ``N``, the number of training points.
+        convention: ``"posterior"`` (likelihood and prior tempered) or ``"likelihood"``.
+    """
+
+    temperatures: tuple[float, ...]
+    num_data: int
+    convention: Convention = "posterior"
+
+    def __post_init__(self) -> None:
+        if not self.temperatures:
+            raise ValueError("temperatures must hold one temperature per chain, got none")
+        object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        for index in range(len(self.temperatures)):
+            self.chain(index)  # validates every temperature, the data size and convention
+
+    def chain(self, index: int) -> Tempering:
+        """The :class:`Tempering` of chain ``index``."""
+        return Tempering(self.temperatures[index], self.num_data, self.convention)
+
+    @property
+    def per_datum(self) -> tuple[float, ...]:
+        """𝒯_k = T_k / N of every chain."""
+        return tuple(self.chain(k).per_datum for k in range(len(self.temperatures)))
+
+    @property
+    def prior_weight(self) -> tuple[float, ...]:
+        """c_k of every chain (1 under the posterior convention, T_k under the likelihood one)."""
+        return tuple(self.chain(k).prior_weight for k in range(len(self.temperatures)))

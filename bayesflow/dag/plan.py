@@ -9,6 +9,16 @@ Temperature-free stages are planned once: under the ``posterior`` convention the
 ``p(θ|D)^(1/T)`` does not move with T, so a ``map``/``mle`` fit is planned once per seed
 (logged with temperature 0, the T → 0 end of the grid) and shared by every Laplace
 temperature that starts ``from`` it.
+
+With ``evaluate.reference`` (say a long NUTS run), the evaluation of every other method
+also reads the reference method's fit at the same temperature and seed: that fit is one
+of its inputs and its key part of the evaluation's key.
+
+With ``execution.vectorize`` the temperature × seed grid of each SG-MCMC method is one
+``fit_group/<method>`` stage (one batched engine run, each chain at its own temperature;
+its key covers every cell). Each cell keeps its ``fit/<method>/T=../seed=..`` stage, which
+reads the group and only takes its own posterior out of it, so evaluations, MLflow runs
+and reports see the same cells as without vectorising.
 """
 
 from __future__ import annotations
@@ -21,9 +31,20 @@ from typing import Any
 
 from bayesflow.spec.models import WorkflowSpec
 
-__all__ = ["OPTIMIZERS", "Plan", "Stage", "describe_change", "format_temperature", "plan_workflow"]
+__all__ = [
+    "OPTIMIZERS",
+    "VECTORIZED_ENGINES",
+    "Plan",
+    "Stage",
+    "describe_change",
+    "format_temperature",
+    "plan_workflow",
+]
 
 OPTIMIZERS = frozenset({"map", "mle"})
+# Engines whose grid ``execution.vectorize`` runs as one batched program (per-chain
+# temperatures, bayesflow.engines.sgmcmc).
+VECTORIZED_ENGINES = frozenset({"sgld", "sghmc", "sgnht", "baoa"})
 # Bumped when a change to bayesflow changes results, so cached stages are recomputed.
 RESULTS_VERSION = "1"
 
@@ -44,7 +65,8 @@ class Stage:
 
     Attributes:
         name: unique and readable, e.g. ``fit/laplace/T=0.01/seed=0``.
-        kind: ``fit``, ``evaluate``, ``plot`` or ``report``.
+        kind: ``fit``, ``fit_group`` (a vectorised grid), ``evaluate``, ``plot``,
+            ``report`` or ``prior_predictive``.
         inputs: names of the stages whose outputs this one reads.
         key: content hash of everything that determines the result.
         method, engine, temperature, seed: the sweep coordinates (fit and evaluate);
@@ -65,7 +87,7 @@ class Stage:
     @property
     def cacheable(self) -> bool:
         """Whether finished outputs of this stage are reused by later runs."""
-        return self.kind in ("fit", "evaluate", "prior_predictive")
+        return self.kind in ("fit", "fit_group", "evaluate", "prior_predictive")
 
 
 @dataclass
@@ -119,6 +141,24 @@ def _shares_temperature(spec: WorkflowSpec, method: str) -> bool:
     return engine in ("map", "deep_ensemble") and spec.temperature_convention == "posterior"
 
 
+def _vectorized(spec: WorkflowSpec, method: str) -> bool:
+    """Whether a method's grid runs as one ``fit_group`` stage (``execution.vectorize``).
+
+    Methods that start ``from`` another fit or infer a subset of ``parameters`` are fitted
+    one by one: their cells would start from (or fix tensors at) different fits."""
+    config = spec.methods[method]
+    return (
+        spec.execution.vectorize
+        and config.engine in VECTORIZED_ENGINES
+        and config.from_ is None
+        and config.parameters is None
+    )
+
+
+def _fit_name(method: str, temperature: float | None, seed: int) -> str:
+    return f"fit/{method}/T={format_temperature(temperature)}/seed={seed}"
+
+
 def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
     """Plan ``spec`` into stages.
 
@@ -137,13 +177,51 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
     }
     stages: dict[str, Stage] = {}
 
+    def group_stage(method: str) -> Stage:
+        """The one batched fit of every cell of a vectorised method (``fit_group/<method>``)."""
+        name = f"fit_group/{method}"
+        if name in stages:
+            return stages[name]
+        config = spec.methods[method]
+        cells = [
+            {"name": _fit_name(method, temperature, seed), "temperature": temperature, "seed": seed}
+            for temperature in spec.temperatures
+            for seed in spec.seeds
+        ]
+        payload = {
+            **base,
+            "method": config.model_dump(mode="json", by_alias=True),
+            "cells": cells,
+            "vectorized": True,
+        }
+        stage = Stage(name, "fit_group", (), _hash(payload), method, config.engine, config=payload)
+        stages[name] = stage
+        return stage
+
     def fit_stage(method: str, temperature: float | None, seed: int) -> Stage:
         config = spec.methods[method]
-        name = f"fit/{method}/T={format_temperature(temperature)}/seed={seed}"
+        name = _fit_name(method, temperature, seed)
         if name in stages:
             return stages[name]
         inputs: tuple[str, ...] = ()
         source_keys: list[str] = []
+        if _vectorized(spec, method):
+            # The cell only takes its slice of the group's output.
+            group = group_stage(method)
+            payload = {
+                **base,
+                "method": config.model_dump(mode="json", by_alias=True),
+                "temperature": temperature,
+                "seed": seed,
+                "inputs": [group.key],
+                "vectorized": True,
+            }
+            stage = Stage(
+                name, "fit", (group.name,), _hash(payload), method, config.engine, temperature,
+                seed, payload,
+            )
+            stages[name] = stage
+            return stage
         if config.from_ is not None:
             source_temperature = None if _shares_temperature(spec, config.from_) else temperature
             source = fit_stage(config.from_, source_temperature, seed)
@@ -159,17 +237,35 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
         stages[name] = stage
         return stage
 
-    evaluate_config = spec.evaluate.model_dump(mode="json")
+    def reference_stage(method: str, temperature: float | None, seed: int) -> Stage | None:
+        """The fit an evaluation is measured against (``evaluate.reference``), if any:
+        the reference method at the same temperature and seed. A temperature-free fit
+        (T → 0) has no tempered reference unless the reference is temperature-free too."""
+        reference = spec.evaluate.reference
+        if reference is None or reference == method:
+            return None
+        if _shares_temperature(spec, reference):
+            return fit_stage(reference, None, seed)
+        return None if temperature is None else fit_stage(reference, temperature, seed)
+
+    # Unset optional evaluations (ksd, reference) are left out of the key, so adding them
+    # to the spec language kept the keys of earlier runs' evaluations.
+    evaluate_config = spec.evaluate.model_dump(mode="json", exclude_none=True)
     for method in spec.methods:
         shared = _shares_temperature(spec, method)
         temperatures: list[float | None] = [None] if shared else list(spec.temperatures)
         for temperature in temperatures:
             for seed in spec.seeds:
                 fit = fit_stage(method, temperature, seed)
-                payload = {"fit": fit.key, "evaluate": evaluate_config}
+                payload: dict[str, Any] = {"fit": fit.key, "evaluate": evaluate_config}
+                inputs: tuple[str, ...] = (fit.name,)
+                reference = reference_stage(method, temperature, seed)
+                if reference is not None:
+                    payload["reference"] = reference.key
+                    inputs = (fit.name, reference.name)
                 name = fit.name.replace("fit/", "evaluate/", 1)
                 stages[name] = Stage(
-                    name, "evaluate", (fit.name,), _hash(payload), method, fit.engine,
+                    name, "evaluate", inputs, _hash(payload), method, fit.engine,
                     temperature, seed, payload,
                 )
     evaluations = tuple(s.name for s in stages.values() if s.kind == "evaluate")
@@ -230,7 +326,7 @@ def describe_change(stage: Stage, previous: dict[str, Any]) -> str:
             phrase = "data changed"
         elif head == "versions":
             phrase = f"versions changed ({'.'.join(path[1:])} {_show(old)} → {_show(new)})"
-        elif head in ("inputs", "fit"):
+        elif head in ("inputs", "fit", "reference"):
             phrase = f"input {', '.join(stage.inputs) or 'stage'} changed"
         else:
             where = f"methods.{stage.method}" if head == "method" else _SPEC_KEYS.get(head, head)

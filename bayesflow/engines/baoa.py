@@ -32,9 +32,9 @@ from torch import Tensor
 
 from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
-from bayesflow.engines.sgmcmc import build_chains, step_aux
+from bayesflow.engines.sgmcmc import build_chains
 from bayesflow.spec.methods import BAOASpec
-from bayesflow.temperature import Tempering
+from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = ["BAOAState", "build"]
 
@@ -58,13 +58,14 @@ class BAOAState(NamedTuple):
 
 
 @ENGINES.register("baoa")
-def build(problem: Problem, tempering: Tempering, config: BAOASpec) -> Engine:
+def build(problem: Problem, tempering: Tempering | ChainTempering, config: BAOASpec) -> Engine:
     """BAOA targeting ``exp(f/𝒯)``; see the module docstring for the update rule.
 
     Args:
         problem: the model, likelihood, prior and data size.
         tempering: 𝒯 = T / N scales the momenta and the noise; the convention sets the
             prior weight.
+            A ``ChainTempering`` gives every chain its own T (a vectorised grid).
         config: the method's spec (step size and schedule, friction, chains, burn-in,
             thinning, keep).
     """
@@ -86,7 +87,7 @@ def build(problem: Problem, tempering: Tempering, config: BAOASpec) -> Engine:
         params = params + 0.5 * step_size * momenta
         step = state.step + 1
         chains.collect(state.samples, params, step, exploring)
-        return BAOAState(params, momenta, state.generator, step, state.samples), step_aux(values)
+        return BAOAState(params, momenta, state.generator, step, state.samples), chains.aux(values)
 
     def posterior(state: BAOAState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)

@@ -28,9 +28,9 @@ from torch import Tensor
 
 from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
-from bayesflow.engines.sgmcmc import build_chains, step_aux
+from bayesflow.engines.sgmcmc import build_chains
 from bayesflow.spec.methods import SGHMCSpec
-from bayesflow.temperature import Tempering
+from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = ["SGHMCState", "build"]
 
@@ -55,13 +55,14 @@ class SGHMCState(NamedTuple):
 
 
 @ENGINES.register("sghmc")
-def build(problem: Problem, tempering: Tempering, config: SGHMCSpec) -> Engine:
+def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGHMCSpec) -> Engine:
     """SGHMC targeting ``exp(f/𝒯)``; see the module docstring for the update rule.
 
     Args:
         problem: the model, likelihood, prior and data size.
         tempering: 𝒯 = T / N scales the momenta and the noise; the convention sets the
             prior weight.
+            A ``ChainTempering`` gives every chain its own T (a vectorised grid).
         config: the method's spec (step size and schedule, friction, chains, burn-in,
             thinning, keep).
 
@@ -89,7 +90,7 @@ def build(problem: Problem, tempering: Tempering, config: SGHMCSpec) -> Engine:
         momenta = momenta + chains.noise(variance, exploring, momenta, state.generator)
         step = state.step + 1
         chains.collect(state.samples, params, step, exploring)
-        return SGHMCState(params, momenta, state.generator, step, state.samples), step_aux(values)
+        return SGHMCState(params, momenta, state.generator, step, state.samples), chains.aux(values)
 
     def posterior(state: SGHMCState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)

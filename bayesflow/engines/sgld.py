@@ -27,9 +27,9 @@ from torch import Tensor
 
 from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
-from bayesflow.engines.sgmcmc import build_chains, step_aux
+from bayesflow.engines.sgmcmc import build_chains
 from bayesflow.spec.methods import SGLDSpec
-from bayesflow.temperature import Tempering
+from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = ["SGLDState", "build"]
 
@@ -51,12 +51,13 @@ class SGLDState(NamedTuple):
 
 
 @ENGINES.register("sgld")
-def build(problem: Problem, tempering: Tempering, config: SGLDSpec) -> Engine:
+def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGLDSpec) -> Engine:
     """SGLD targeting ``exp(f/𝒯)``; see the module docstring for the update rule.
 
     Args:
         problem: the model, likelihood, prior and data size.
         tempering: 𝒯 = T / N scales the noise; the convention sets the prior weight.
+            A ``ChainTempering`` gives every chain its own T (a vectorised grid).
         config: the method's spec (step size and schedule, β, chains, burn-in, thinning,
             keep).
 
@@ -82,7 +83,7 @@ def build(problem: Problem, tempering: Tempering, config: SGLDSpec) -> Engine:
         params = params + chains.noise(variance, exploring, params, state.generator)
         step = state.step + 1
         chains.collect(state.samples, params, step, exploring)
-        return SGLDState(params, state.generator, step, state.samples), step_aux(values)
+        return SGLDState(params, state.generator, step, state.samples), chains.aux(values)
 
     def posterior(state: SGLDState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)

@@ -12,6 +12,13 @@ update rule. :func:`build_chains` binds the rest once, from the method's spec:
   (:mod:`bayesflow.temperature`); momenta start from N(0, 𝒯 I) and the injected noise
   variance is proportional to 𝒯. At T = 0 there is no noise, momenta start at 0, and each
   sampler is its deterministic optimiser.
+- **per-chain temperatures** (a vectorised grid, ``execution.vectorize``): built with a
+  :class:`~bayesflow.temperature.ChainTempering`, the engine runs one chain per entry,
+  chain k at its own T_k: 𝒯 is a (K, 1) tensor that broadcasts over the (K, d) state,
+  and under the likelihood convention the prior weight c_k is vmapped with the chains.
+  ``init`` may then be given the K starting points (K, d) directly, and each step's aux
+  adds ``chain_loss`` (K,), the per-chain −f, so a caller can keep one loss trace per
+  cell. With a plain :class:`~bayesflow.temperature.Tempering` nothing of this applies.
 - **step sizes** (``schedule``): ``constant`` ε; ``decaying`` ε·(1 + t/τ)^(−γ), the
   polynomial decay of Welling & Teh (2011); ``cyclical``, the cosine cycles of cSG-MCMC
   (Zhang et al., 2020, https://arxiv.org/abs/1902.03932)::
@@ -23,7 +30,8 @@ update rule. :func:`build_chains` binds the rest once, from the method's spec:
 - **collection**: after ``burn_in`` update steps every ``thin``-th state of every chain
   is kept (``keep: all``), or only each chain's final state (``keep: last``). The kept
   states are appended in place to the state's ``samples`` list (a new list per step would
-  cost O(S²)), so a state's list is shared with the states after it.
+  cost O(S²)), so a state's list is shared with the states after it. Chain k's samples
+  are rows ``k·S … (k+1)·S − 1`` of the posterior, so chains ``k₀ … k₁`` are contiguous.
 """
 
 from __future__ import annotations
@@ -40,9 +48,17 @@ from bayesflow.engines.base import Batch, Posterior, Problem
 from bayesflow.engines.optimize import steps_per_epoch
 from bayesflow.errors import StageError
 from bayesflow.spec.methods import SamplerBase, SamplerScheduleSpec
-from bayesflow.temperature import Tempering
+from bayesflow.temperature import ChainTempering, Tempering
 
-__all__ = ["Chains", "build_chains", "build_step_size", "chain_starts", "gaussian", "step_aux"]
+__all__ = [
+    "Chains",
+    "build_chains",
+    "build_step_size",
+    "chain_gradient",
+    "chain_starts",
+    "gaussian",
+    "step_aux",
+]
 
 StepSize = Callable[[int], tuple[float, bool]]
 
@@ -88,36 +104,64 @@ class Chains:
         name: the engine's registry name, for messages.
         problem: the model, likelihood, prior and data size.
         config: the sampler's spec.
-        per_datum: 𝒯 = T / N, the temperature of the per-datum log posterior.
+        per_datum: 𝒯 = T / N, the temperature of the per-datum log posterior: a float, or
+            a (K, 1) tensor of one 𝒯 per chain.
         gradient: ``(params (K, d), batch) -> (∇f (K, d), f (K,))``.
         step_size: ``step -> (ε_t, exploring)``.
+        count: K, the number of chains.
+        hot: whether any chain has T > 0 (else no noise is ever drawn).
     """
 
     name: str
     problem: Problem
     config: SamplerBase
-    per_datum: float
+    per_datum: float | Tensor
     gradient: Callable[[Tensor, Batch], tuple[Tensor, Tensor]]
     step_size: StepSize
+    count: int
+    hot: bool
 
     def start(self, params: Tensor, generator: torch.Generator) -> Tensor:
-        """The K chains' starting points (K, d)."""
-        return chain_starts(self.problem, params, self.config.chains, generator)
+        """The K chains' starting points (K, d): from ``params`` (d,) as the module doc
+        says, or ``params`` itself when it already holds K starting points (K, d)."""
+        if params.dim() == 1:
+            return chain_starts(self.problem, params, self.count, generator)
+        expected = (self.count, self.problem.dimension)
+        if tuple(params.shape) != expected:
+            raise ValueError(
+                f"{self.name}: starting points must be (d,) or one per chain {expected}, "
+                f"got {tuple(params.shape)}"
+            )
+        return params.detach()
 
     def momenta(self, like: Tensor, generator: torch.Generator) -> Tensor:
         """Initial momenta N(0, 𝒯 I) shaped like ``like``; zeros at T = 0 (no draw)."""
-        if self.per_datum == 0:
+        if not self.hot:
             return torch.zeros_like(like)
+        if isinstance(self.per_datum, Tensor):
+            return gaussian(tuple(like.shape), 1.0, like, generator) * self.per_datum.sqrt()
         return gaussian(tuple(like.shape), math.sqrt(self.per_datum), like, generator)
 
     def noise(
-        self, variance: float, exploring: bool, like: Tensor, generator: torch.Generator
+        self, variance: float | Tensor, exploring: bool, like: Tensor, generator: torch.Generator
     ) -> Tensor | float:
-        """``N(0, variance · I)`` shaped like ``like``; 0 (no draw) at zero variance or
-        while exploring."""
-        if variance <= 0 or exploring:
+        """``N(0, variance · I)`` shaped like ``like`` (``variance`` a float or (K, 1) per
+        chain); 0 (no draw) at zero variance or while exploring."""
+        if exploring or not self.hot:
+            return 0.0
+        if isinstance(variance, Tensor):
+            return gaussian(tuple(like.shape), 1.0, like, generator) * variance.clamp(min=0).sqrt()
+        if variance <= 0:
             return 0.0
         return gaussian(tuple(like.shape), math.sqrt(variance), like, generator)
+
+    def aux(self, log_posterior: Tensor) -> dict[str, Tensor]:
+        """The aux of one step (:func:`step_aux`), plus ``chain_loss`` (K,) per chain when
+        the chains have their own temperatures."""
+        aux = step_aux(log_posterior)
+        if isinstance(self.per_datum, Tensor):
+            aux["chain_loss"] = -log_posterior.detach()
+        return aux
 
     def collect(self, samples: list[Tensor], params: Tensor, step: int, exploring: bool) -> None:
         """Append ``params`` (K, d) to ``samples`` when step ``step`` (from 1) is kept."""
@@ -141,22 +185,66 @@ class Chains:
         return Posterior(samples=torch.stack(samples, 1).reshape(-1, self.problem.dimension))
 
 
-def build_chains(name: str, problem: Problem, tempering: Tempering, config: SamplerBase) -> Chains:
+def build_chains(
+    name: str, problem: Problem, tempering: Tempering | ChainTempering, config: SamplerBase
+) -> Chains:
     """Bind the shared SG-MCMC machinery of engine ``name`` (see the module docstring)."""
-    prior_weight = tempering.prior_weight
-
-    def log_posterior(params: Tensor, batch: Batch) -> Tensor:
-        return problem.log_posterior(params, batch, prior_weight=prior_weight)
-
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
+    step_size = build_step_size(config.lr, config.schedule, total_steps)
+    if isinstance(tempering, Tempering):
+        prior_weight = tempering.prior_weight
+
+        def log_posterior(params: Tensor, batch: Batch) -> Tensor:
+            return problem.log_posterior(params, batch, prior_weight=prior_weight)
+
+        gradient = vmap(grad_and_value(log_posterior), in_dims=(0, None))
+        return Chains(
+            name,
+            problem,
+            config,
+            tempering.per_datum,
+            gradient,
+            step_size,
+            count=config.chains,
+            hot=tempering.per_datum > 0,
+        )
+    like = problem.prior_precision.new_empty(0, device=problem.device)
+    per_datum = torch.tensor(tempering.per_datum).to(like).unsqueeze(-1)
     return Chains(
-        name=name,
-        problem=problem,
-        config=config,
-        per_datum=tempering.per_datum,
-        gradient=vmap(grad_and_value(log_posterior), in_dims=(0, None)),
-        step_size=build_step_size(config.lr, config.schedule, total_steps),
+        name,
+        problem,
+        config,
+        per_datum,
+        chain_gradient(problem, tempering.prior_weight, like),
+        step_size,
+        count=len(tempering.temperatures),
+        hot=max(tempering.per_datum) > 0,
     )
+
+
+def chain_gradient(
+    problem: Problem, prior_weights: tuple[float, ...], like: Tensor
+) -> Callable[[Tensor, Batch], tuple[Tensor, Tensor]]:
+    """``vmap(grad_and_value(f))`` over chains whose prior weights ``c_k`` may differ (the
+    likelihood convention at several temperatures): c is vmapped with the chains."""
+    if len(set(prior_weights)) == 1:
+        weight = prior_weights[0]
+
+        def shared(params: Tensor, batch: Batch) -> Tensor:
+            return problem.log_posterior(params, batch, prior_weight=weight)
+
+        return vmap(grad_and_value(shared), in_dims=(0, None))
+
+    def weighted(params: Tensor, batch: Batch, weight: Tensor) -> Tensor:
+        return problem.log_posterior(params, batch, prior_weight=weight)  # type: ignore[arg-type]
+
+    batched = vmap(grad_and_value(weighted), in_dims=(0, None, 0))
+    weights = torch.tensor(prior_weights).to(like)
+
+    def gradient(params: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        return batched(params, batch, weights)  # type: ignore[no-any-return]
+
+    return gradient
 
 
 def step_aux(log_posterior: Tensor) -> dict[str, Tensor]:

@@ -30,9 +30,9 @@ from torch import Tensor
 
 from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
-from bayesflow.engines.sgmcmc import build_chains, step_aux
+from bayesflow.engines.sgmcmc import build_chains
 from bayesflow.spec.methods import SGNHTSpec
-from bayesflow.temperature import Tempering
+from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = ["SGNHTState", "build"]
 
@@ -58,13 +58,14 @@ class SGNHTState(NamedTuple):
 
 
 @ENGINES.register("sgnht")
-def build(problem: Problem, tempering: Tempering, config: SGNHTSpec) -> Engine:
+def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGNHTSpec) -> Engine:
     """SGNHT targeting ``exp(f/𝒯)``; see the module docstring for the update rule.
 
     Args:
         problem: the model, likelihood, prior and data size.
         tempering: 𝒯 = T / N scales the momenta, the noise and the thermostat's target;
             the convention sets the prior weight.
+            A ``ChainTempering`` gives every chain its own T (a vectorised grid).
         config: the method's spec (step size and schedule, α, β, chains, burn-in,
             thinning, keep).
 
@@ -79,6 +80,8 @@ def build(problem: Problem, tempering: Tempering, config: SGNHTSpec) -> Engine:
         )
     chains = build_chains("sgnht", problem, tempering, config)
     per_datum = chains.per_datum
+    # The thermostat ξ is (K,): per-chain temperatures (K, 1) lose their last axis here.
+    target = per_datum.squeeze(-1) if isinstance(per_datum, Tensor) else per_datum
 
     def init(params: Tensor, generator: torch.Generator) -> SGNHTState:
         starts = chains.start(params, generator)
@@ -95,11 +98,11 @@ def build(problem: Problem, tempering: Tempering, config: SGNHTSpec) -> Engine:
         momenta = state.momenta + step_size * grads - friction_term
         momenta = momenta + chains.noise(variance, exploring, momenta, state.generator)
         kinetic = (state.momenta**2).mean(-1)
-        thermostat = state.thermostat + step_size * (kinetic - per_datum)
+        thermostat = state.thermostat + step_size * (kinetic - target)
         step = state.step + 1
         chains.collect(state.samples, params, step, exploring)
         new_state = SGNHTState(params, momenta, thermostat, state.generator, step, state.samples)
-        return new_state, step_aux(values)
+        return new_state, chains.aux(values)
 
     def posterior(state: SGNHTState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)

@@ -31,6 +31,8 @@ __all__ = [
     "DataSpec",
     "EvaluateSpec",
     "ExecutionSpec",
+    "ImdbSpec",
+    "KSDSpec",
     "LikelihoodSpec",
     "ModelSpec",
     "PriorSpec",
@@ -82,7 +84,73 @@ class CsvSpec(Strict):
     standardize: bool = Field(True, description="Standardise features with training statistics.")
 
 
-DataSpec = Annotated[Union[SklearnDigitsSpec, CsvSpec], Field(discriminator="name")]
+class ImdbSpec(Strict):
+    """IMDB movie reviews (Maas et al., 2011) as padded sequences of token ids, labelled 1
+    (positive) or 0 (negative): the data of the cold-posterior CNN-LSTM experiments.
+
+    The vocabulary is built on the training reviews only; a review becomes its last
+    `max_length` word ids (Keras' `pad_sequences` convention, as in Wenzel et al., 2020 and
+    the posteriors IMDB example). Use with `model: {name: cnn_lstm, vocabulary_size:
+    ${data.vocab_size}}` and a `categorical` or `bernoulli` likelihood.
+    """
+
+    name: Literal["imdb"] = Field(description="Registry name of the dataset.")
+    path: str = Field(
+        "package:imdb",
+        description="Folder holding the reviews (relative to the spec file): "
+        "`imdb_train.csv.gz` and `imdb_test.csv.gz` (columns `text`, `label`; `rating`, "
+        "`id` ignored), the `aclImdb` layout (`train/pos/*.txt`, `train/neg/*.txt`, "
+        "`test/...`), or a Hugging Face `DatasetDict` saved with `save_to_disk`. "
+        "`package:imdb` is the subset shipped with bayesflow: 2,000 training and 1,000 test "
+        "reviews, balanced, each cut to its last 1,200 characters.",
+    )
+    source: Literal["auto", "csv", "aclimdb", "huggingface"] = Field(
+        "auto",
+        description="Form of the folder; `auto` detects it. `huggingface` needs the "
+        "`datasets` package and never downloads.",
+    )
+    vocab_size: int = Field(
+        20_000,
+        ge=3,
+        description="Token ids in all: 0 pads, 1 is every word outside the vocabulary, and "
+        "2.. are the vocab_size − 2 most frequent words of the training reviews (20,000 in "
+        "the papers). The model's `vocabulary_size` must be at least this.",
+    )
+    max_length: PositiveInt = Field(
+        100, description="Token ids per review, after truncation and padding (100 in the papers)."
+    )
+    padding: Literal["pre", "post"] = Field(
+        "pre",
+        description="Where a short review is padded with id 0: `pre` before its words "
+        "(Keras' default, so the LSTM ends on words), `post` after them.",
+    )
+    truncating: Literal["pre", "post"] = Field(
+        "pre",
+        description="Which words of a long review are dropped: `pre` its first ones, "
+        "keeping the end (Keras' default, the papers' data), `post` its last ones.",
+    )
+    max_train: PositiveInt | None = Field(
+        None,
+        description="Keep this many training reviews, drawn stratified by label; null keeps "
+        "all. The vocabulary is built on the reviews kept.",
+    )
+    max_test: PositiveInt | None = Field(
+        None, description="Keep this many test reviews, drawn stratified by label; null keeps all."
+    )
+    subset_seed: int = Field(0, description="Seed of the `max_train` and `max_test` draws.")
+
+
+class NoDataSpec(Strict):
+    """No data: one empty pseudo-datum, so that the log posterior is the model's output
+    plus the log prior. With the `energy` likelihood this samples a fixed energy such as
+    the `double_well` model."""
+
+    name: Literal["none"] = Field(description="Registry name of the dataset.")
+
+
+DataSpec = Annotated[
+    Union[SklearnDigitsSpec, CsvSpec, ImdbSpec, NoDataSpec], Field(discriminator="name")
+]
 
 # ---------------------------------------------------------------------------- model
 
@@ -188,8 +256,26 @@ class PythonModelSpec(Strict):
         return self
 
 
+class DoubleWellSpec(Strict):
+    """The two-dimensional double-well log density −b(θ₁² − 1)² − θ₂²/2 as a model whose
+    two parameters are the point θ and whose output is the log density (ignoring the
+    inputs); use with the `energy` likelihood and `none` data. Its modes are (±1, 0)."""
+
+    name: Literal["double_well"] = Field(description="Registry name of the model.")
+    barrier: PositiveFloat = Field(
+        4.0,
+        description="b, the height of the barrier between the modes: at T = 1 a chain "
+        "crosses it at a rate of about exp(−b/T).",
+    )
+    init_sd: PositiveFloat = Field(
+        1.0, description="Standard deviation of the normal the starting points are drawn from."
+    )
+
+
 ModelSpec = Annotated[
-    Union[MLPSpec, LinearSpec, LogisticSpec, CNNSpec, CNNLSTMSpec, PythonModelSpec],
+    Union[
+        MLPSpec, LinearSpec, LogisticSpec, CNNSpec, CNNLSTMSpec, PythonModelSpec, DoubleWellSpec
+    ],
     Field(discriminator="name"),
 ]
 
@@ -215,8 +301,16 @@ class GaussianSpec(Strict):
     noise_sd: PositiveFloat = Field(1.0, description="Standard deviation of the observation noise.")
 
 
+class EnergySpec(Strict):
+    """The model's output is the log density itself (an energy's negative): log p(y|x,θ)
+    is the output, whatever y. For sampling a fixed target such as `double_well` with
+    `none` data; there is no predictive to evaluate."""
+
+    name: Literal["energy"] = Field(description="Registry name of the likelihood.")
+
+
 LikelihoodSpec = Annotated[
-    Union[CategoricalSpec, BernoulliSpec, GaussianSpec], Field(discriminator="name")
+    Union[CategoricalSpec, BernoulliSpec, GaussianSpec, EnergySpec], Field(discriminator="name")
 ]
 
 # ----------------------------------------------------------------------------- prior
@@ -296,6 +390,25 @@ PLOTS: tuple[str, ...] = (
 )
 
 
+class KSDSpec(Strict):
+    """The kernelised Stein discrepancy of each posterior against its tempered target."""
+
+    kernel: Literal["imq", "rbf"] = Field(
+        "imq",
+        description="Base kernel: `imq` (c = 1, β = −1/2; Gorham & Mackey, 2017) or `rbf`.",
+    )
+    bandwidth: PositiveFloat | Literal["median"] = Field(
+        1.0,
+        description="Kernel bandwidth h; a fixed number measures every method with the same "
+        "kernel, `median` takes the median distance between the samples.",
+    )
+    max_samples: PositiveInt = Field(
+        1000,
+        description="Samples the KSD is computed on (O(n²) time): a sample set is thinned "
+        "evenly to this many, a Gaussian posterior is sampled this many times.",
+    )
+
+
 class EvaluateSpec(Strict):
     """How fitted posteriors are evaluated on the test set."""
 
@@ -328,6 +441,20 @@ class EvaluateSpec(Strict):
         True,
         description="Samplers: log kinetic and configurational temperature of the final "
         "state, and split R-hat / ESS across chains.",
+    )
+    ksd: KSDSpec | None = Field(
+        None,
+        description="Log `ksd`, the kernelised Stein discrepancy of each fit's posterior "
+        "samples against the score of the full-batch tempered log posterior (the "
+        "posteriors paper, Table 3), e.g. `{kernel: imq, bandwidth: 1.0}`. Null: off. "
+        "Skipped for fits at T = 0, whose target is a point.",
+    )
+    reference: str | None = Field(
+        None,
+        description="Name of the method whose fit at the same temperature and seed is the "
+        "reference posterior (e.g. a long `nuts` run): every other method's evaluation "
+        "waits for it and logs `reference_mean_error` and `reference_variance_error`. "
+        "Null: none.",
     )
 
 
@@ -385,6 +512,17 @@ class ExecutionSpec(Strict):
     )
     keep_going: bool = Field(
         True, description="Keep running independent stages after a stage fails."
+    )
+    vectorize: bool = Field(
+        False,
+        description="Run the temperature × seed grid of each SG-MCMC method (engines `sgld`, "
+        "`sghmc`, `sgnht`, `baoa`) as one batched program: every cell's chains in one "
+        "vmapped engine, each chain at its own temperature, so a grid on a small model costs "
+        "about one fit. Each cell still gets its own fit stage, MLflow run (param "
+        "`vectorized: true`) and evaluation. Its chains start where the one-by-one fit's do "
+        "(the cell's seed); the noise and the minibatch order come from one stream shared by "
+        "the grid, so results equal the one-by-one fits in distribution, not bit for bit. "
+        "Methods with `from` or `parameters` are fitted one by one.",
     )
 
 
@@ -455,10 +593,10 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
     Runs on the unvalidated data so that these are reported together with every
     per-field problem, not only once the rest of the spec is valid.
     """
+    problems = _vocabulary_problems(data)
     methods = data.get("methods") if isinstance(data, dict) else None
     if not isinstance(methods, dict):
-        return []
-    problems: list[tuple[tuple[str, ...], str]] = []
+        return problems
     temperatures = data.get("temperatures")
     has_zero = isinstance(temperatures, list) and any(
         isinstance(t, (int, float)) and not isinstance(t, bool) and t == 0 for t in temperatures
@@ -487,7 +625,39 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
                     f"must name a map or mle method, got {source!r} "
                     f"(engine {methods[source].get('engine')})"))
     problems.extend(_cycles(methods))
+    problems.extend(_reference_problems(data.get("evaluate"), methods))
     return problems
+
+
+def _reference_problems(
+    evaluate: Any, methods: dict[str, Any]
+) -> list[tuple[tuple[str, ...], str]]:
+    """``evaluate.reference`` must name a method."""
+    reference = evaluate.get("reference") if isinstance(evaluate, dict) else None
+    if reference is None or reference in methods:
+        return []
+    return [(("evaluate", "reference"),
+             f"names {reference!r}, which is not a method (methods: {', '.join(methods)})")]
+
+
+def _vocabulary_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
+    """A ``cnn_lstm`` model must have an embedding row for every token id of ``imdb`` data."""
+    sections = [data.get(key) if isinstance(data, dict) else None for key in ("data", "model")]
+    if not all(isinstance(section, dict) for section in sections):
+        return []
+    dataset, model = sections
+    if dataset.get("name") != "imdb" or model.get("name") != "cnn_lstm":
+        return []
+    ids, rows = dataset.get("vocab_size", 20_000), model.get("vocabulary_size", 20_000)
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in (ids, rows)):
+        return []
+    if rows >= ids:
+        return []
+    message = (
+        f"is {rows}, but the data have {ids} token ids (data.vocab_size); set it to "
+        "`${data.vocab_size}`"
+    )
+    return [(("model", "vocabulary_size"), message)]
 
 
 def _cycles(methods: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
