@@ -141,7 +141,7 @@ def sghmc_grid(settings: Settings) -> dict[str, Any]:
         grid = run_grid(
             grid_spec({"sghmc": method}, GRID_TEMPERATURES, [0, 1], settings, {"vectorize": True})
         )
-        result.update(one=one, grid=grid, ratio=grid["stage_s"]["fit"] / one["stage_s"]["fit"])
+        result.update(one=one, grid=grid, ratio=(grid["stage_s"].get("fit_group", 0.0) + grid["stage_s"]["fit"]) / one["stage_s"]["fit"])
         return result
     # Not supported yet: what one engine call with ten chains at ONE temperature costs
     # against one chain, per epoch; the grid would cost about this once chains can carry
