@@ -13,6 +13,8 @@ database, in ``<db folder>/mlartifacts/<experiment id>``, instead of MLflow's de
 
 from __future__ import annotations
 
+import os
+
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -93,6 +95,8 @@ class MlflowTracker:
     """
 
     def __init__(self, uri: str, base: Path | None = None) -> None:
+        # MLflow draws a progress bar for every artifact download; results() does several.
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         self.uri = resolve_tracking_uri(uri, Path.cwd() if base is None else base)
         self._client: Any = None
         self._experiment_ids: dict[str, str] = {}
