@@ -14,7 +14,6 @@ database, in ``<db folder>/mlartifacts/<experiment id>``, instead of MLflow's de
 from __future__ import annotations
 
 import os
-
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
