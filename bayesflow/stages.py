@@ -26,6 +26,7 @@ __all__ = ["POSTERIOR_FILE", "StageRunner", "fit_parameters"]
 POSTERIOR_FILE = "posterior.npz"
 EVALUATION_FILE = "evaluation.npz"
 PRIOR_PREDICTIVE_FILE = "prior_predictive.npz"
+CURVATURE_FILE = "curvature.npz"
 # Samples whose scores one vmapped gradient call computes for the KSD: 64 samples of the
 # digits MLP on its 898 training points hold 64 × 898 × 64 floats (15 MB) of activations.
 KSD_CHUNK = 64
@@ -92,6 +93,7 @@ class StageRunner:
             "plot": self.plot,
             "report": self.report,
             "prior_predictive": self.prior_predictive,
+            "curvature": self.curvature,
         }[stage.kind]
         return runner(stage, inputs, staging)
 
@@ -153,6 +155,9 @@ class StageRunner:
         """
         if stage.config.get("vectorized"):
             return _group_cell(stage, inputs, staging)
+        shared = [entry for entry in inputs.values() if entry.values.get("kind") == "curvature"]
+        if shared:
+            return self._rescaled_laplace(stage, shared[0], staging)
         import torch
 
         from bayesflow.engines import ENGINES
@@ -369,6 +374,52 @@ class StageRunner:
             f"T = {tempering.temperature:g}"
         )
         return value, convention
+
+    def curvature(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
+        """One Laplace curvature pass at the shared mode, for every temperature to rescale."""
+        import torch
+
+        from bayesflow.engines import ENGINES
+        from bayesflow.engines.base import Posterior
+        from bayesflow.engines.fit import fit
+
+        problem, _, tempering = self._problem(stage)
+        (source,) = inputs.values()
+        start = _starting_point(Posterior.from_arrays(dict(np.load(source.file(POSTERIOR_FILE)))))
+        engine = ENGINES.get(stage.engine or "")(problem, tempering, self.loaded.spec.methods[stage.method or ""])
+        x_train, y_train = self._tensors(self.dataset.x_train, self.dataset.y_train, problem.device)
+        generator = torch.Generator(device=problem.device).manual_seed(int(stage.seed or 0))
+        began = time.perf_counter()
+        result = fit(engine, start.to(problem.device), x_train, y_train, generator)
+        np.savez(staging / CURVATURE_FILE, params=result.state.params.cpu().numpy(),
+                 curvature=result.state.curvature.cpu().numpy())
+        return {"kind": "curvature", "fit_seconds": time.perf_counter() - began,
+                "steps": int(result.steps), "history": [float(v) for v in result.history]}
+
+    def _rescaled_laplace(self, stage: Stage, source: Entry, staging: Path) -> dict[str, Any]:
+        """A Laplace fit at one temperature from a shared curvature pass: no data pass."""
+        import torch
+
+        from bayesflow.engines import ENGINES
+        from bayesflow.engines.laplace import LaplaceState
+
+        problem, _, tempering = self._problem(stage)
+        arrays = np.load(source.file(CURVATURE_FILE))
+        state = LaplaceState(
+            torch.as_tensor(arrays["params"], device=problem.device),
+            torch.as_tensor(arrays["curvature"], device=problem.device),
+        )
+        engine = ENGINES.get(stage.engine or "")(problem, tempering, self.loaded.spec.methods[stage.method or ""])
+        began = time.perf_counter()
+        posterior = engine.posterior(state)
+        np.savez(staging / POSTERIOR_FILE, **posterior.to_arrays(problem))
+        return {
+            "fit_seconds": time.perf_counter() - began,
+            "steps": 0,
+            "history": [],
+            "shared_curvature_seconds": source.values["fit_seconds"],
+            "diagnostics": {},
+        }
 
     def prior_predictive(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
         """Class probabilities that draws from the prior give the test inputs."""

@@ -87,7 +87,7 @@ class Stage:
     @property
     def cacheable(self) -> bool:
         """Whether finished outputs of this stage are reused by later runs."""
-        return self.kind in ("fit", "fit_group", "evaluate", "prior_predictive")
+        return self.kind in ("fit", "fit_group", "curvature", "evaluate", "prior_predictive")
 
 
 @dataclass
@@ -130,6 +130,14 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[package] = "missing"
     return out
+
+
+def _shares_curvature(spec: WorkflowSpec, method: str) -> bool:
+    """Whether a Laplace method's curvature pass can be shared by every temperature: the
+    curvature at the mode does not depend on T (only T / (G + c·prior precision) does),
+    when the mode itself is shared and the whole parameter vector is inferred."""
+    config = spec.methods[method]
+    return config.engine.startswith("laplace_") and getattr(config, "parameters", None) is None
 
 
 def _shares_temperature(spec: WorkflowSpec, method: str) -> bool:
@@ -226,6 +234,10 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
             source_temperature = None if _shares_temperature(spec, config.from_) else temperature
             source = fit_stage(config.from_, source_temperature, seed)
             inputs, source_keys = (source.name,), [source.key]
+            if _shares_curvature(spec, method) and source_temperature is None:
+                # One curvature pass per seed; each temperature only rescales it.
+                curvature = curvature_stage(method, seed, source)
+                inputs, source_keys = (curvature.name,), [curvature.key]
         payload = {
             **base,
             "method": config.model_dump(mode="json", by_alias=True),
@@ -236,6 +248,21 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
         stage = Stage(name, "fit", inputs, _hash(payload), method, config.engine, temperature, seed, payload)
         stages[name] = stage
         return stage
+
+    def curvature_stage(method: str, seed: int, source: Stage) -> Stage:
+        name = f"curvature/{method}/seed={seed}"
+        if name not in stages:
+            payload = {
+                **base,
+                "method": spec.methods[method].model_dump(mode="json", by_alias=True),
+                "seed": seed,
+                "inputs": [source.key],
+            }
+            stages[name] = Stage(
+                name, "curvature", (source.name,), _hash(payload), method,
+                spec.methods[method].engine, None, seed, payload,
+            )
+        return stages[name]
 
     def reference_stage(method: str, temperature: float | None, seed: int) -> Stage | None:
         """The fit an evaluation is measured against (``evaluate.reference``), if any:

@@ -9,7 +9,8 @@ from bayesflow.spec import load_spec
 
 
 def test_map_is_planned_once_per_seed(tiny_spec: Path) -> None:
-    """A k-temperature grid costs one MAP fit per seed, shared by every Laplace temperature."""
+    """A k-temperature grid costs one MAP fit and one curvature pass per seed, shared by
+    every Laplace temperature."""
     spec = load_spec(tiny_spec, ["temperatures=[0.01,0.1,1]", "seeds=[0,1]"]).spec
     plan = plan_workflow(spec, "digest")
     fits = plan.of_kind("fit")
@@ -18,8 +19,11 @@ def test_map_is_planned_once_per_seed(tiny_spec: Path) -> None:
     ]
     laplace = [s for s in fits if s.method == "laplace"]
     assert len(laplace) == 6
-    assert {s.inputs for s in laplace if s.seed == 0} == {("fit/map/T=shared/seed=0",)}
-    assert plan.counts() == {"fit": 2 + 6 + 6, "evaluate": 14, "plot": 2, "report": 1}
+    assert {s.inputs for s in laplace if s.seed == 0} == {("curvature/laplace/seed=0",)}
+    assert plan.stages["curvature/laplace/seed=0"].inputs == ("fit/map/T=shared/seed=0",)
+    assert plan.counts() == {
+        "fit": 2 + 6 + 6, "curvature": 2, "evaluate": 14, "plot": 2, "report": 1
+    }
 
 
 def test_likelihood_convention_fits_map_per_temperature(tiny_spec: Path) -> None:

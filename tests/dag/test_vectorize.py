@@ -26,11 +26,12 @@ def test_one_group_per_sampler_and_cells_that_read_it(tiny_spec: Path) -> None:
         assert group.cacheable and all(s.config["vectorized"] for s in cells)
     # Other methods are planned as before; every cell keeps its evaluation.
     assert {s.inputs for s in plan.of_kind("fit") if s.method == "laplace"} == {
-        ("fit/map/T=shared/seed=0",),
-        ("fit/map/T=shared/seed=1",),
+        ("curvature/laplace/seed=0",),
+        ("curvature/laplace/seed=1",),
     }
     assert plan.counts() == {
         "fit_group": 2,
+        "curvature": 2,
         "fit": 2 + 6 + 6 + 6,
         "evaluate": 20,
         "plot": 2,
