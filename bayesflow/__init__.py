@@ -6,14 +6,31 @@ PyPI; this project's distribution is ``bayesflow-workflows``.
 
 from __future__ import annotations
 
-from bayesflow.api import RunResult, histories, load, plan, plan_table, report, results, run
+from bayesflow.api import (
+    RunResult,
+    artifacts,
+    compare,
+    evaluations,
+    histories,
+    load,
+    plan,
+    plan_table,
+    posteriors,
+    report,
+    results,
+    run,
+)
 from bayesflow.errors import BayesflowError, SpecError, StageError
 
 __all__ = [
     "BayesflowError",
     "RunResult",
     "SpecError",
+    "artifacts",
+    "compare",
+    "evaluations",
     "histories",
+    "posteriors",
     "report",
     "StageError",
     "load",

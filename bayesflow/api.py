@@ -22,8 +22,8 @@ from bayesflow.errors import TrackingError
 from bayesflow.spec.load import LoadedSpec, load_spec
 
 __all__ = [
-    "RunResult", "histories", "load", "plan", "plan_table", "report", "results", "run",
-    "tracking_uri_of",
+    "RunResult", "artifacts", "compare", "evaluations", "histories", "load", "plan",
+    "plan_table", "posteriors", "report", "results", "run", "run_spec", "tracking_uri_of",
 ]
 
 
@@ -302,3 +302,117 @@ def report(
     for path in (rendered.notebook, rendered.html):
         tracker.log_artifact(run_id, path, "report")
     return rendered.html
+
+
+def _open_tracker(tracking_uri: str | None, tracker: Any) -> Any:
+    """``tracker``, or an MLflow tracker on ``tracking_uri`` (default ``./mlflow.db``)."""
+    if tracker is not None:
+        return tracker
+    from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
+
+    return MlflowTracker(resolve_tracking_uri(tracking_uri or "sqlite:///mlflow.db", Path.cwd()))
+
+
+def artifacts(
+    run_id: str, path: str, *, tracking_uri: str | None = None, tracker: Any = None
+) -> dict[str, dict[str, Any]]:
+    """The arrays of one ``.npz`` artifact of every fit of a ``bayesflow run``.
+
+    Join the result with :func:`results` on ``run_id`` to know each fit's method,
+    temperature and seed::
+
+        frame = bayesflow.results(run_id)
+        arrays = bayesflow.artifacts(run_id, "evaluation/evaluation.npz")
+        for row in frame.itertuples():
+            total = arrays[row.run_id]["uncertainty_total"]
+
+    Args:
+        run_id: the parent run of a ``bayesflow run``.
+        path: the artifact's path inside each fit run, e.g. ``posterior/posterior.npz``.
+        tracking_uri: the MLflow store (default ``sqlite:///mlflow.db`` in the cwd).
+        tracker: a tracker to read from instead (tests).
+
+    Returns:
+        ``{fit run id: {array name: numpy array}}``; fits without the artifact (failed
+        ones) are left out.
+    """
+    import tempfile
+
+    import numpy as np
+
+    tracker = _open_tracker(tracking_uri, tracker)
+    frame = results(run_id, tracker=tracker)
+    found: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for fit_id in frame["run_id"]:
+            try:
+                local = tracker.download_artifact(fit_id, path, Path(folder) / fit_id)
+            except TrackingError:
+                continue
+            with np.load(local) as archive:
+                found[fit_id] = {name: archive[name] for name in archive.files}
+    return found
+
+
+def evaluations(
+    run_id: str, *, tracking_uri: str | None = None, tracker: Any = None
+) -> dict[str, dict[str, Any]]:
+    """Every fit's ``evaluation/evaluation.npz`` by fit run id (see :func:`artifacts`):
+    per-point ``probabilities``, ``labels``, ``uncertainty_total``,
+    ``uncertainty_aleatoric``, ``uncertainty_epistemic`` and their ``ood_`` versions."""
+    return artifacts(run_id, "evaluation/evaluation.npz", tracking_uri=tracking_uri, tracker=tracker)
+
+
+def posteriors(
+    run_id: str, *, tracking_uri: str | None = None, tracker: Any = None
+) -> dict[str, dict[str, Any]]:
+    """Every fit's ``posterior/posterior.npz`` by fit run id (see :func:`artifacts`):
+    ``samples`` (S, d), or ``mean`` with ``var`` or ``cov``, and ``param_names``."""
+    return artifacts(run_id, "posterior/posterior.npz", tracking_uri=tracking_uri, tracker=tracker)
+
+
+def run_spec(run_id: str, *, tracking_uri: str | None = None, tracker: Any = None) -> str:
+    """The resolved spec (YAML text) a ``bayesflow run`` logged to its parent run."""
+    import tempfile
+
+    tracker = _open_tracker(tracking_uri, tracker)
+    with tempfile.TemporaryDirectory() as folder:
+        return Path(tracker.download_artifact(run_id, "spec/resolved.yaml", folder)).read_text()
+
+
+def compare(
+    run_ids: Sequence[str],
+    *,
+    tracking_uri: str | None = None,
+    output_dir: str | Path = "reports",
+    template: str = "compare",
+    tracker: Any = None,
+) -> Path:
+    """Render a comparison report of two or more ``bayesflow run``s of a workflow (for
+    example before and after a change of prior): every metric against temperature with
+    one line per (run, method), a table of differences to the first run, and how the
+    specs differ. Nothing is refitted.
+
+    The report is written to ``<output_dir>/compare/<first run>-<second run>[-...]/``.
+
+    Returns:
+        The path of the HTML report.
+
+    Raises:
+        TrackingError: fewer than two runs, or a run the store does not hold.
+    """
+    from bayesflow.report.render import render_report
+
+    runs = list(dict.fromkeys(run_ids))
+    if len(runs) < 2:
+        raise TrackingError(
+            f"compare needs two or more distinct runs, got {len(runs)}; pass the parent run "
+            "ids `bayesflow run` printed"
+        )
+    tracker = _open_tracker(tracking_uri, tracker)
+    for run in runs:
+        tracker.get_run(run)  # a clear error for an unknown run before the kernel starts
+    target = Path(output_dir) / "compare" / "-".join(run[:8] for run in runs)
+    parameters = {"run_ids": runs, "tracking_uri": tracker.uri}
+    return render_report(template, parameters, target).html
+

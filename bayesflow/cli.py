@@ -301,14 +301,36 @@ def run(
 @app.command()
 @_guarded
 def report(
-    run_id: str = typer.Argument(..., help="The parent run id `bayesflow run` printed.", show_default=False),
+    run_ids: list[str] = typer.Argument(
+        ..., metavar="RUN_ID...", help="The parent run id(s) `bayesflow run` printed.",
+        show_default=False,
+    ),
+    compare: bool = typer.Option(
+        False, "--compare",
+        help="Compare two or more runs of a workflow (e.g. before and after a change of "
+        "prior): metrics against temperature per run and method, and their differences.",
+    ),
     tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="The MLflow store."),
     output_dir: Path | None = typer.Option(None, "--output-dir", help="Folder of reports (default: the spec's)."),
 ) -> None:
-    """Re-render a run's report from its stored results, without refitting anything."""
+    """Re-render a run's report from its stored results, without refitting anything;
+    with --compare, render one report comparing several runs."""
+    from bayesflow.api import compare as render_comparison
     from bayesflow.api import report as render
 
-    html = render(run_id, tracking_uri=tracking_uri, output_dir=output_dir)
+    if compare:
+        if len(set(run_ids)) < 2:
+            console.print("[bold red]error:[/] --compare needs two or more distinct run ids", highlight=False)
+            raise typer.Exit(2)
+        html = render_comparison(run_ids, tracking_uri=tracking_uri, output_dir=output_dir or "reports")
+    elif len(run_ids) > 1:
+        console.print(
+            f"[bold red]error:[/] got {len(run_ids)} run ids; render one run's report, or add "
+            "--compare to compare them", highlight=False,
+        )
+        raise typer.Exit(2)
+    else:
+        html = render(run_ids[0], tracking_uri=tracking_uri, output_dir=output_dir)
     output.print(f"report: {html}")
 
 

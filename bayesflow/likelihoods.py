@@ -27,7 +27,8 @@ class Likelihood:
 
     Attributes:
         name: registry name.
-        task: ``"classification"`` or ``"regression"``.
+        task: ``"classification"``, ``"regression"``, or ``"energy"`` (the output is
+            the log density; nothing to predict).
         noise_sd: observation noise of the gaussian likelihood.
     """
 
@@ -46,6 +47,8 @@ class Likelihood:
         """Per-example log p(y | outputs), shape (n,)."""
         if self.name == "categorical":
             return -functional.cross_entropy(outputs, targets.long(), reduction="none")
+        if self.name == "energy":
+            return outputs.squeeze(-1)
         if self.name == "bernoulli":
             return -functional.binary_cross_entropy_with_logits(
                 outputs.squeeze(-1), targets.to(outputs.dtype), reduction="none"
@@ -61,6 +64,8 @@ class Likelihood:
         if self.name == "bernoulli":
             probs = outputs.sigmoid()
             return (probs * (1 - probs)).unsqueeze(-1)
+        if self.name == "energy":  # log p is the output itself: linear, no curvature
+            return torch.zeros_like(outputs).unsqueeze(-1)
         return torch.full_like(outputs, 1.0 / self.noise_sd**2).unsqueeze(-1)
 
     def probabilities(self, outputs: Tensor) -> Tensor:
@@ -70,7 +75,7 @@ class Likelihood:
         if self.name == "bernoulli":
             positive = outputs.squeeze(-1).sigmoid()
             return torch.stack([1 - positive, positive], dim=-1)
-        raise ValueError("a gaussian likelihood has no class probabilities")
+        raise ValueError(f"a {self.name} likelihood has no class probabilities")
 
 
 LIKELIHOODS: Registry[Any] = Registry("likelihood")
@@ -92,6 +97,12 @@ def bernoulli() -> Likelihood:
 def gaussian(noise_sd: float = 1.0) -> Likelihood:
     """Gaussian with the output as mean and a fixed noise standard deviation."""
     return Likelihood("gaussian", "regression", noise_sd)
+
+
+@LIKELIHOODS.register("energy")
+def energy() -> Likelihood:
+    """The model's output is the log density itself (for sampling a fixed target)."""
+    return Likelihood("energy", "energy")
 
 
 def build_likelihood(config: dict[str, Any]) -> Likelihood:

@@ -176,11 +176,26 @@ def csv(
     )
 
 
+@DATASETS.register("none")
+def none() -> Dataset:
+    """No data: one pseudo-datum with one zero feature, in training and in testing.
+
+    With N = 1 the per-datum log posterior is the full one, log p(y|x,θ) + log p(θ), so
+    an ``energy`` likelihood over a model that outputs a log density samples that density.
+    """
+    inputs, targets = np.zeros((1, 1), dtype=np.float32), np.zeros(1, dtype=np.float32)
+    return Dataset(inputs, targets, inputs.copy(), targets.copy(), "energy")
+
+
 def load_dataset(config: dict[str, Any], base_dir: Path | None = None) -> Dataset:
     """Load the dataset a spec's ``data`` section describes."""
     options = dict(config)
     name = options.pop("name")
     builder = DATASETS.get(name)
-    if name == "csv":
+    if name in ("csv", "imdb"):
         options["base_dir"] = base_dir
     return builder(**options)
+
+
+# Registers "imdb"; imported last because the module uses DATASETS and Dataset above.
+from bayesflow.data import imdb as imdb

@@ -1,15 +1,16 @@
 """Networks a spec can name. Each builder takes the input and output sizes first.
 
-==========  ==================================================  =====================
-name        network                                             module
-==========  ==================================================  =====================
-mlp         multi-layer perceptron                              :mod:`.dense`
-linear      linear map (regression)                             :mod:`.dense`
-logistic    linear map to logits                                :mod:`.dense`
-cnn         conv-ReLU-pool blocks and a linear head (images)    :mod:`.images`
-cnn_lstm    embedding, conv, pool, LSTM, linear (token ids)     :mod:`.text`
-python      your own module from ``package.module:factory``     :mod:`.python`
-==========  ==================================================  =====================
+===========  ==================================================  =====================
+name         network                                             module
+===========  ==================================================  =====================
+mlp          multi-layer perceptron                              :mod:`.dense`
+linear       linear map (regression)                             :mod:`.dense`
+logistic     linear map to logits                                :mod:`.dense`
+cnn          conv-ReLU-pool blocks and a linear head (images)    :mod:`.images`
+cnn_lstm     embedding, conv, pool, LSTM, linear (token ids)     :mod:`.text`
+python       your own module from ``package.module:factory``     :mod:`.python`
+double_well  a fixed 2-D log density (``energy``, ``none``)      :mod:`.energy`
+===========  ==================================================  =====================
 
 ``python`` runs your code: see :mod:`bayesflow.models.python`. Every network is used
 through ``torch.func.functional_call`` on a flat parameter vector (:mod:`bayesflow.problem`).
@@ -22,6 +23,7 @@ from typing import Any
 from torch import nn
 
 from bayesflow.models.dense import linear, logistic, mlp
+from bayesflow.models.energy import double_well
 from bayesflow.models.images import cnn
 from bayesflow.models.python import load_factory, python_model
 from bayesflow.models.registry import MODELS
@@ -33,6 +35,7 @@ __all__ = [
     "build_model",
     "cnn",
     "cnn_lstm",
+    "double_well",
     "linear",
     "load_factory",
     "logistic",

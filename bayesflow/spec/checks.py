@@ -29,6 +29,7 @@ def _digits_target(data: Any) -> tuple[str, int | None]:
 # a real-valued target).
 DATASET_TARGETS: dict[str, Callable[[Any], tuple[str, int | None]]] = {
     "sklearn_digits": _digits_target,
+    "none": lambda data: ("energy", None),
 }
 CLASSIFICATION_LIKELIHOODS = ("categorical", "bernoulli")
 
@@ -46,6 +47,12 @@ def likelihood_problem(
         strict: also refuse a ``gaussian`` likelihood on class labels (known datasets; a
             csv column of small integers may well be a count to regress on).
     """
+    if (likelihood == "energy") != (task == "energy"):
+        return (
+            "the `energy` likelihood (the model's output is the log density) goes with "
+            f"`data: {{name: none}}` and only with it, but got `{likelihood}` on {target}; "
+            "pair them, e.g. with `model: {name: double_well}`"
+        )
     if likelihood in CLASSIFICATION_LIKELIHOODS and task == "regression":
         return (
             f"`{likelihood}` needs integer class labels, but {target} is real-valued; "

@@ -1,0 +1,118 @@
+"""The sections every report shares, as Markdown text and tables for a notebook to show.
+
+A template opens with :func:`header` and :func:`what_ran`, shows its own figures and
+:func:`~bayesflow.report.figures.results_table`, and closes with :func:`spec_block` and
+:func:`run_links`, so every report reads the same way::
+
+    display(Markdown(sections.header(workflow, spec_yaml)))
+    display(Markdown(sections.what_ran(frame)))
+    ...
+    display(Markdown(sections.spec_block(spec_yaml)))
+    display(Markdown(sections.run_links(run_id, tracking_uri, frame)))
+
+Every function returns text or a frame and draws nothing, so it is tested without a kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from bayesflow.report.figures import failed_cells, results_table
+
+__all__ = ["header", "metric_table", "read_spec", "run_links", "spec_block", "what_ran"]
+
+DEFAULT_STORE = "sqlite:///mlflow.db"
+
+
+def read_spec(spec_yaml: str) -> dict[str, Any]:
+    """The resolved spec as a mapping; ``{}`` when it is empty or not YAML."""
+    try:
+        spec = yaml.safe_load(spec_yaml) if spec_yaml else {}
+    except yaml.YAMLError:
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def header(workflow: str, spec_yaml: str) -> str:
+    """The workflow's name and the spec's description (what it studies and why)."""
+    lines = [f"**Workflow:** `{workflow or 'unnamed'}`"]
+    description = read_spec(spec_yaml).get("description", "")
+    if description:
+        lines.append(str(description).strip())
+    return "\n\n".join(lines)
+
+
+def what_ran(frame: pd.DataFrame) -> str:
+    """How many fits finished and failed, the methods, temperatures and seeds, and a
+    list of the failed fits."""
+    failed = failed_cells(frame)
+    sampled = frame.loc[frame["temperature"] > 0]
+    temperatures = sorted(pd.unique(sampled["temperature"]))
+    lines = [
+        f"- **{len(frame)}** fits: **{len(frame) - len(failed)}** finished, **{len(failed)}** failed",
+        f"- methods: {', '.join(f'`{method}`' for method in pd.unique(frame['method']))}",
+        "- temperatures: " + (", ".join(f"{value:g}" for value in temperatures) or "none > 0"),
+        f"- seeds: {', '.join(str(seed) for seed in sorted(pd.unique(frame['seed'])))}",
+    ]
+    if not failed.empty:
+        lines.append("- **failed fits** (left out of means and figures): " + "; ".join(
+            f"`{row.method}` T={row.temperature:g} seed {row.seed} ({row.status})"
+            for row in failed.itertuples()
+        ))
+    return "\n".join(lines)
+
+
+def metric_table(
+    frame: pd.DataFrame, metrics: list[str], order: list[str] | None = None
+) -> pd.DataFrame:
+    """:func:`~bayesflow.report.figures.results_table` of the ``metrics`` the frame has,
+    methods in ``order`` (the spec's) first, and "—" where fits finished without the
+    metric (it does not apply: no KSD at T → 0, no distance of the reference to itself)
+    rather than "failed"."""
+    present = [metric for metric in metrics if metric in frame.columns]
+    table = results_table(frame, present)
+    rank = {method: index for index, method in enumerate(order or [])}
+    table = table.sort_values(
+        "method", key=lambda column: column.map(lambda method: rank.get(method, len(rank))),
+        kind="stable",
+    ).reset_index(drop=True)
+    finished = ~table["finished"].str.startswith("0/")
+    for metric in present:
+        table.loc[finished & (table[metric] == "failed"), metric] = "—"
+    return table
+
+
+def spec_block(spec_yaml: str) -> str:
+    """The resolved spec as a fenced YAML block."""
+    if not spec_yaml:
+        return "_No spec was passed to this report._"
+    return f"```yaml\n{spec_yaml.rstrip()}\n```"
+
+
+def run_links(
+    run_ids: str | list[str], tracking_uri: str, frame: pd.DataFrame | None = None
+) -> str:
+    """Where the runs are: the parent run(s), the store, how to browse it, and a
+    ``runs:/<id>`` link (the URI MLflow's APIs accept) for every fit in ``frame``."""
+    parents = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+    store = tracking_uri or DEFAULT_STORE
+    lines = [
+        *(f"- MLflow run: `{run or 'not given'}`" for run in parents),
+        f"- tracking URI: `{store}`",
+        (
+            "- browse every fit, its parameters and artifacts (`posterior/posterior.npz`, "
+            "`evaluation/evaluation.npz`) with `bayesflow ui` in the workflow's folder, or "
+            f"`mlflow ui --backend-store-uri {store}`"
+        ),
+    ]
+    if frame is not None and not frame.empty:
+        lines += ["", "| method | T | seed | status | fit run |", "| --- | --- | --- | --- | --- |"]
+        for row in frame.itertuples():
+            lines.append(
+                f"| `{row.method}` | {row.temperature:g} | {row.seed} | {row.status} "
+                f"| `runs:/{row.run_id}` |"
+            )
+    return "\n".join(lines)
