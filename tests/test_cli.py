@@ -187,7 +187,8 @@ def test_plan_reasons_for_data_and_shared_inputs(workdir: Path) -> None:
     assert rows["fit/map/T=shared/seed=0"]["reason"] == "data changed"
     rows = {row["stage"]: row for row in plan_rows("methods.map.epochs=4")}
     assert rows["fit/map/T=shared/seed=0"]["reason"] == "methods.map.epochs changed 3 → 4"
-    assert rows["fit/laplace/T=1/seed=0"]["reason"] == "input fit/map/T=shared/seed=0 changed"
+    assert rows["curvature/laplace/seed=0"]["reason"] == "input fit/map/T=shared/seed=0 changed"
+    assert rows["fit/laplace/T=1/seed=0"]["reason"] == "input curvature/laplace/seed=0 changed"
 
 
 def test_plan_table_and_counts(workdir: Path) -> None:
@@ -197,8 +198,8 @@ def test_plan_table_and_counts(workdir: Path) -> None:
     assert result.exit_code == 0
     assert "methods.sghmc.lr changed 0.01 → 0.02" in result.output
     assert result.output.endswith(
-        "fit: 3 cached, 2 stale\nevaluate: 3 cached, 2 stale\nplot: 2 always\nreport: 1 always\n"
-        "13 stages: 3 always, 6 cached, 4 stale\n"
+        "fit: 3 cached, 2 stale\nevaluate: 3 cached, 2 stale\ncurvature: 1 cached\nplot: 2 always\n"
+        "report: 1 always\n14 stages: 3 always, 7 cached, 4 stale\n"
     )
 
 
@@ -208,8 +209,10 @@ def test_plan_dag_is_indented_text(workdir: Path) -> None:
     assert result.exit_code == 0
     lines = result.output.splitlines()
     laplace = lines.index("fit/laplace/T=0.1/seed=0  [new]")
-    assert lines[laplace + 1] == "    <- fit/map/T=shared/seed=0"
-    assert lines.index("fit/map/T=shared/seed=0  [new]") < laplace
+    assert lines[laplace + 1] == "    <- curvature/laplace/seed=0"
+    curvature = lines.index("curvature/laplace/seed=0  [new]")
+    assert lines[curvature + 1] == "    <- fit/map/T=shared/seed=0"
+    assert lines.index("fit/map/T=shared/seed=0  [new]") < curvature < laplace
     assert "report  [always]" in lines
 
 
