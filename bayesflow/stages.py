@@ -199,7 +199,7 @@ class StageRunner:
                 problem, tempering, result.state, result.posterior, chains, x_train, y_train
             )
         posterior = result.posterior if embed is None else embed(result.posterior)
-        np.savez(staging / POSTERIOR_FILE, **posterior.to_arrays(full_problem))
+        np.savez(staging / POSTERIOR_FILE, **posterior.to_arrays(full_problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
         return {
             "fit_seconds": seconds,
             "steps": int(result.steps),
@@ -279,7 +279,7 @@ class StageRunner:
         fits = []
         for index, cell in enumerate(cells):
             posterior = Posterior(samples=samples[index])
-            np.savez(staging / f"posterior-{index}.npz", **posterior.to_arrays(problem))
+            np.savez(staging / f"posterior-{index}.npz", **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
             diagnostics = {}
             if spec.evaluate.diagnostics:
                 from bayesflow.evaluate.sampler import sampler_diagnostics
@@ -341,7 +341,7 @@ class StageRunner:
         if bad:
             raise StageError(f"{_cell(stage)}: metrics {bad} are not finite; the fit may have diverged")
         if result.arrays:
-            np.savez_compressed(staging / EVALUATION_FILE, **result.arrays)
+            np.savez_compressed(staging / EVALUATION_FILE, **result.arrays)  # type: ignore[arg-type]  # numpy stubs: **arrays
         return {"metrics": metrics, "conventions": conventions}
 
     def _stein_discrepancy(
@@ -435,7 +435,7 @@ class StageRunner:
         check = prior_predictive(
             problem, likelihood, x_test, self.loaded.spec.evaluate.prior_draws, generator
         )
-        np.savez_compressed(staging / PRIOR_PREDICTIVE_FILE, **check.arrays())
+        np.savez_compressed(staging / PRIOR_PREDICTIVE_FILE, **check.arrays())  # type: ignore[arg-type]  # numpy stubs: **arrays
         return {"metrics": check.metrics()}
 
     # ---------------------------------------------------------------- report side
