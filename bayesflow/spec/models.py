@@ -642,10 +642,11 @@ def _reference_problems(
 
 def _vocabulary_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
     """A ``cnn_lstm`` model must have an embedding row for every token id of ``imdb`` data."""
-    sections = [data.get(key) if isinstance(data, dict) else None for key in ("data", "model")]
-    if not all(isinstance(section, dict) for section in sections):
+    if not isinstance(data, dict):
         return []
-    dataset, model = sections
+    dataset, model = data.get("data"), data.get("model")
+    if not isinstance(dataset, dict) or not isinstance(model, dict):
+        return []
     if dataset.get("name") != "imdb" or model.get("name") != "cnn_lstm":
         return []
     ids, rows = dataset.get("vocab_size", 20_000), model.get("vocabulary_size", 20_000)
