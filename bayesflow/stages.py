@@ -324,7 +324,7 @@ class StageRunner:
                 problem, likelihood, posterior, x_test, y_test,
                 n_samples=settings.n_samples, generator=generator, ece_bins=settings.ece_bins,
                 ece_binning=settings.ece_binning, coverage_levels=settings.coverage_levels,
-                x_ood=x_ood, prediction=settings.prediction if posterior.kind == "gaussian" else "sampled",
+                x_ood=x_ood, prediction=self._prediction(stage, posterior),
             )
         metrics = {name: float(value) for name, value in result.metrics.items()}
         conventions = dict(result.conventions)
@@ -420,6 +420,16 @@ class StageRunner:
             "shared_curvature_seconds": source.values["fit_seconds"],
             "diagnostics": {},
         }
+
+    def _prediction(self, stage: Stage, posterior: Any) -> str:
+        """``linearized`` when the method or ``evaluate.prediction`` asks for it and the
+        posterior is Gaussian; samples are always used as they are."""
+        if posterior.kind != "gaussian":
+            return "sampled"
+        method = self.loaded.spec.methods[stage.method or ""]
+        if getattr(method, "prediction", "sampled") == "linearized":
+            return "linearized"
+        return self.loaded.spec.evaluate.prediction
 
     def prior_predictive(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
         """Class probabilities that draws from the prior give the test inputs."""

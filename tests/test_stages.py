@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import pytest
 
 import bayesflow
@@ -79,3 +80,20 @@ def test_double_well_is_sampled_without_data(tmp_path: Path, monkeypatch: pytest
     assert samples.shape[1] == 2
     assert 0.5 < np.median(np.abs(samples[:, 0])) < 1.5  # the modes are at θ₁ = ±1
     assert bayesflow.evaluations(parent, tracker=tracker) == {}
+
+
+def test_a_method_can_ask_for_linearized_prediction(tmp_path: Path) -> None:
+    """`prediction: linearized` on a Laplace method is used for it; samples stay sampled."""
+    from bayesflow.engines.base import Posterior
+    from bayesflow.stages import StageRunner
+    from tests.conftest import TINY_SPEC, write
+
+    spec = write(tmp_path, TINY_SPEC.replace("    from: map\n", "    from: map\n    prediction: linearized\n"))
+    loaded = bayesflow.load(spec)
+    runner = StageRunner(loaded, bayesflow.api._dataset(loaded), tmp_path)
+    plan = bayesflow.plan(loaded)
+    gaussian = Posterior(mean=torch.zeros(3), var=torch.ones(3))
+    samples = Posterior(samples=torch.zeros(2, 3))
+    assert runner._prediction(plan.stages["evaluate/laplace/T=1/seed=0"], gaussian) == "linearized"
+    assert runner._prediction(plan.stages["evaluate/map/T=shared/seed=0"], gaussian) == "sampled"
+    assert runner._prediction(plan.stages["evaluate/laplace/T=1/seed=0"], samples) == "sampled"

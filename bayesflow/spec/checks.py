@@ -30,6 +30,7 @@ def _digits_target(data: Any) -> tuple[str, int | None]:
 DATASET_TARGETS: dict[str, Callable[[Any], tuple[str, int | None]]] = {
     "sklearn_digits": _digits_target,
     "none": lambda data: ("energy", None),
+    "imdb": lambda data: ("classification", 2),
 }
 CLASSIFICATION_LIKELIHOODS = ("categorical", "bernoulli")
 
