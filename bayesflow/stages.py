@@ -186,7 +186,7 @@ class StageRunner:
         try:
             traces: dict[str, list[float]] = {}
             result = fit(engine, params, x_train, y_train, generator,
-                         on_state=_kinetic_trace(tempering, traces))
+                         on_state=_sampler_traces(tempering, config, problem.num_data, traces))
         except DivergenceError as exc:
             raise DivergenceError(f"{_cell(stage)} diverged: {exc}") from exc
         seconds = time.perf_counter() - began
@@ -539,12 +539,22 @@ def _reference_distances(stage: Stage, posterior: Any, reference: Entry) -> dict
     return compare_to_reference(posterior, mean, var)
 
 
-def _kinetic_trace(tempering: Any, traces: dict[str, list[float]]) -> Any:
-    """An ``on_state`` callback recording, per epoch, the kinetic temperature of the
-    momenta as a ratio to the 𝒯 = T/N they should have (1 is right; unit mass)."""
+def _sampler_traces(tempering: Any, config: Any, num_data: int, traces: dict[str, list[float]]) -> Any:
+    """An ``on_state`` callback recording, per epoch, for SG-MCMC fits: the kinetic
+    temperature of the momenta as a ratio to the 𝒯 = T/N they should have (1 is right;
+    unit mass), and the step size the schedule gave the epoch's last step."""
+    step_size = None
+    if hasattr(config, "schedule") and hasattr(config, "lr"):
+        from bayesflow.engines.optimize import steps_per_epoch
+        from bayesflow.engines.sgmcmc import build_step_size
+
+        total = config.epochs * steps_per_epoch(num_data, config.batch_size)
+        step_size = build_step_size(config.lr, config.schedule, total)
 
     def record(epoch: int, state: Any) -> None:
         momenta = getattr(state, "momenta", None)
+        if step_size is not None and hasattr(state, "step"):
+            traces.setdefault("step_size", []).append(float(step_size(max(state.step - 1, 0))[0]))
         if momenta is None or tempering.per_datum <= 0:
             return
         ratio = float((momenta.detach() ** 2).mean()) / tempering.per_datum

@@ -123,7 +123,8 @@ display(figures.results_table(frame).style.hide(axis="index").format({"temperatu
 # 2020, Section 4; 1 is right), the share of parameter tensors whose kinetic temperature
 # lies in its 99% $\chi^2$ interval, and, for several chains that keep every sample, split
 # $\hat R$ and the effective sample size of the log posterior (approximate for SG-MCMC).
-# Below, the training loss (negative per-datum log posterior) per epoch.
+# Below, per epoch: the training loss (negative per-datum log posterior), the kinetic
+# temperature ratio and, for a schedule that varies it, the step size.
 
 # %%
 diagnostic_columns = [
@@ -159,6 +160,14 @@ if not results_csv:
         grid.set_axis_labels("epoch", "kinetic temperature / target")
         for axis in grid.axes.flat:
             axis.axhline(1.0, color="black", linestyle=":", linewidth=1)
+        plt.show()
+    steps = bayesflow.histories(run_id, "trace/step_size", tracking_uri=tracking_uri or None)
+    if not steps.empty and steps["value"].nunique() > 1:  # a constant step size says nothing
+        grid = sns.relplot(
+            data=steps, x="step", y="value", col="method", kind="line", errorbar=None,
+            col_wrap=min(3, steps["method"].nunique()), height=3, aspect=1.3,
+        )
+        grid.set_axis_labels("epoch", "step size")
         plt.show()
 
 # %% [markdown]
