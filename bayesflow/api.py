@@ -146,7 +146,7 @@ def run(
             the_plan, runner, cache, [tracking, *hooks], keep_going=going, force=force, backend=backend
         )
     except KeyboardInterrupt:
-        tracker.end_run(parent_id, "KILLED")
+        _end_own_runs(tracker, experiment, "KILLED")
         raise
     except BaseException:
         tracker.end_run(parent_id, "FAILED")
@@ -163,6 +163,17 @@ def run(
         parent_id, tracker.uri, experiment, outcome, report_dir,
         time.perf_counter() - began, dict(tracking.runs),
     )
+
+
+def _end_own_runs(tracker: Any, experiment: str, status: str) -> None:
+    """End every run this process left RUNNING (an interrupt can land between a run's
+    creation and its end, wherever that is)."""
+    import os
+
+    for record in tracker.search_runs(experiment, status="RUNNING"):
+        if record.tags.get("bayesflow.pid") == str(os.getpid()):
+            tracker.set_tags(record.run_id, {"bayesflow.error": "interrupted"})
+            tracker.end_run(record.run_id, status)
 
 
 def _backend(loaded: LoadedSpec, runner: Any) -> Any:

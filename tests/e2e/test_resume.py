@@ -46,3 +46,25 @@ def test_sigkill_then_rerun_completes_without_duplicates(tmp_path: Path) -> None
             finished[stage] = finished.get(stage, 0) + 1
     assert len(finished) == 1 + 4 + 4 and set(finished.values()) == {1}
     assert any(run.info.status == "KILLED" for run in runs)
+
+
+def test_ctrl_c_marks_runs_killed_and_exits_130(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) ends the run cleanly: exit 130, no run left RUNNING, no staging left."""
+    text = TINY_SPEC.replace("temperatures: [0.1, 1.0]", "temperatures: [0.03, 0.1, 0.3, 1.0]")
+    write(tmp_path, text.replace("evaluate:", "report: {enabled: false}\nevaluate:"))
+    process = subprocess.Popen([*BAYESFLOW, "run", "spec.yaml"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cache = tmp_path / ".bayesflow" / "cache"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(cache.glob("*/outputs.json"))) < 3:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert not [p for p in cache.iterdir() if p.name.startswith(".staging")]
+    mlflow = client(tmp_path)
+    runs = mlflow.search_runs([mlflow.get_experiment_by_name("tiny").experiment_id])
+    assert all(run.info.status != "RUNNING" for run in runs)
+    parent = [r for r in runs if r.data.tags.get("bayesflow.role") == "parent"]
+    assert [r.info.status for r in parent] == ["KILLED"]
