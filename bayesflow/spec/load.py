@@ -184,6 +184,20 @@ def _for_cross_check(resolved: dict[str, Any]) -> dict[str, Any]:
     return {**resolved, "methods": clean}
 
 
+def _check_template(spec: WorkflowSpec) -> list[tuple[tuple[str, ...], str]]:
+    """A report template that cannot be found is a spec error, not a failure after the fits."""
+    if not spec.report.enabled:
+        return []
+    from bayesflow.errors import RegistryError
+    from bayesflow.report.render import find_template
+
+    try:
+        find_template(spec.report.template)
+    except RegistryError as error:
+        return [(("report", "template"), str(error))]
+    return []
+
+
 def load_spec(
     source: str | Path | dict[str, Any], overrides: list[str] | None = None
 ) -> LoadedSpec:
@@ -214,6 +228,7 @@ def load_spec(
     cross = cross_check(_for_cross_check(resolved))
     if spec is not None and not cross:
         cross = check_data(spec, path.parent if path is not None else Path.cwd())
+        cross += _check_template(spec)
     problems += format_cross_problems(cross, located.locations, name)
     if problems or spec is None:
         raise SpecError(problems, name)

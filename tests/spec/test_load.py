@@ -193,3 +193,10 @@ def test_readme_example_spec_validates() -> None:
     import yaml
 
     load_spec(yaml.safe_load(block))
+
+
+def test_unknown_report_template_is_a_spec_error(tiny_spec: Path) -> None:
+    """A report template that does not exist is caught before any fit runs."""
+    (message,) = problems(tiny_spec, ["report.template=nope"])
+    assert message.startswith("override 'report.template=nope': report.template: report template 'nope' not found")
+    assert "cold_posterior" in message
