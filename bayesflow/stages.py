@@ -158,6 +158,8 @@ class StageRunner:
         shared = [entry for entry in inputs.values() if entry.values.get("kind") == "curvature"]
         if shared:
             return self._rescaled_laplace(stage, shared[0], staging)
+        if getattr(self.loaded.spec.methods[stage.method or ""], "continual", None):
+            return self._continual(stage, staging)
         import torch
 
         from bayesflow.engines import ENGINES
@@ -395,6 +397,33 @@ class StageRunner:
                  curvature=result.state.curvature.cpu().numpy())
         return {"kind": "curvature", "fit_seconds": time.perf_counter() - began,
                 "steps": int(result.steps), "history": [float(v) for v in result.history]}
+
+    def _continual(self, stage: Stage, staging: Path) -> dict[str, Any]:
+        """Fit a ``continual`` method episode by episode (:mod:`bayesflow.continual`)."""
+        import torch
+
+        from bayesflow.continual import fit_continual
+
+        problem, _, tempering = self._problem(stage)
+        data = self.dataset
+        if data.episode_train is None or data.episode_test is None:
+            raise StageError(f"{_cell(stage)}: `continual` needs data in episodes (data.episodes)")
+        device = problem.device
+        tensors = (
+            *self._tensors(data.x_train, data.y_train, device),
+            *self._tensors(data.x_test, data.y_test, device),
+        )
+        generator = torch.Generator(device=device).manual_seed(int(stage.seed or 0))
+        began = time.perf_counter()
+        posterior, traces, steps = fit_continual(
+            problem, self.loaded.spec.methods[stage.method or ""], tempering, tensors,
+            (data.episode_train, data.episode_test), generator,
+        )
+        np.savez(staging / POSTERIOR_FILE, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
+        return {
+            "fit_seconds": time.perf_counter() - began, "steps": steps,
+            "history": traces["seen_average_nll"], "traces": traces, "diagnostics": {},
+        }
 
     def _rescaled_laplace(self, stage: Stage, source: Entry, staging: Path) -> dict[str, Any]:
         """A Laplace fit at one temperature from a shared curvature pass: no data pass."""

@@ -33,6 +33,8 @@ class Dataset:
     task: str
     num_classes: int | None = None
     x_ood: np.ndarray | None = None
+    episode_train: np.ndarray | None = None
+    episode_test: np.ndarray | None = None
 
     @property
     def num_features(self) -> int:
@@ -69,6 +71,8 @@ def sklearn_digits(
     split_seed: int = 0,
     standardize: bool = True,
     holdout_classes: list[int] | None = None,
+    episodes: int = 0,
+    episode_kind: str = "permuted",
 ) -> Dataset:
     """scikit-learn's 8×8 handwritten digits: 1,797 images, 64 features, 10 classes.
 
@@ -91,8 +95,28 @@ def sklearn_digits(
         kept = sorted(set(range(10)) - set(held))
         y = np.searchsorted(np.array(kept), y).astype(np.int64)
     x_train, y_train, x_test, y_test = _split(x, y, test_fraction, split_seed, stratify=True)
+    episode_train = episode_test = None
+    if episodes and episode_kind == "classes":
+        # tasks of consecutive classes: 5 episodes are {0,1}, {2,3}, ..., {8,9}
+        task = np.concatenate([
+            np.full(len(group), index) for index, group in
+            enumerate(np.array_split(np.arange(10 - len(held)), episodes))
+        ])
+        episode_train, episode_test = task[y_train], task[y_test]
+    elif episodes:
+        # permuted digits: episode k shows every image with the pixels in a fixed random
+        # order of its own (episode 0 unpermuted), the same classes each time
+        orders = [np.arange(x.shape[1])] + [
+            np.random.default_rng(split_seed + k).permutation(x.shape[1]) for k in range(1, episodes)
+        ]
+        episode_train = np.repeat(np.arange(episodes), len(y_train))
+        episode_test = np.repeat(np.arange(episodes), len(y_test))
+        x_train = np.concatenate([x_train[:, order] for order in orders])
+        x_test = np.concatenate([x_test[:, order] for order in orders])
+        y_train, y_test = np.tile(y_train, episodes), np.tile(y_test, episodes)
     return Dataset(
-        x_train, y_train, x_test, y_test, "classification", num_classes=10 - len(held), x_ood=x_ood
+        x_train, y_train, x_test, y_test, "classification", num_classes=10 - len(held), x_ood=x_ood,
+        episode_train=episode_train, episode_test=episode_test,
     )
 
 

@@ -52,6 +52,20 @@ class SklearnDigitsSpec(Strict):
     test_fraction: float = Field(0.5, gt=0, lt=1, description="Share of points held out for testing.")
     split_seed: int = Field(0, description="Seed of the stratified train/test split.")
     standardize: bool = Field(True, description="Scale pixel values to [0, 1].")
+    episodes: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="Episodes of data that arrive in sequence for `continual` methods; 0 "
+        "means none. See `episode_kind`.",
+    )
+    episode_kind: Literal["permuted", "classes"] = Field(
+        "permuted",
+        description="`permuted`: episode k shows every image with its pixels in a fixed "
+        "random order of its own (episode 0 unpermuted), the same ten classes each time "
+        "(domain-incremental, as permuted MNIST); `classes`: the digits split into tasks of "
+        "consecutive classes ({0,1}, {2,3}, ... for 5; class-incremental).",
+    )
     holdout_classes: list[int] = Field(
         [],
         description="Digits removed from training and testing; their images become the "
@@ -601,9 +615,14 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
     has_zero = isinstance(temperatures, list) and any(
         isinstance(t, (int, float)) and not isinstance(t, bool) and t == 0 for t in temperatures
     )
+    dataset = data.get("data") if isinstance(data.get("data"), dict) else {}
     for name, method in methods.items():
         if not isinstance(method, dict):
             continue
+        if method.get("continual") is not None and not dataset.get("episodes"):
+            problems.append((("methods", name, "continual"),
+                "needs data that arrive in episodes; set `data.episodes` (e.g. 5 for "
+                "sklearn_digits)"))
         if has_zero and method.get("engine") in POSITIVE_TEMPERATURE_ENGINES:
             problems.append((("methods", name, "engine"),
                 f"{method.get('engine')} samples exp(-U/T) and needs T > 0, but `temperatures` "

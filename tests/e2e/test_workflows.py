@@ -188,3 +188,17 @@ def test_compare_report_of_two_runs(launched: Any) -> None:
     assert text.count("data:image/png;base64") >= 4  # one figure per compared metric
     assert "variance: 2.0" in text and "Δ test_nll [B]" in text
     assert bayesflow(folder, "report", "--compare", ids[0]).returncode == 2
+
+
+def test_continual_workflow_draws_figures_5_and_6(tmp_path: Path) -> None:
+    """The continual workflow logs per-episode losses and renders both figures."""
+    succeeded(bayesflow(tmp_path, "run", workflow("continual"), "seeds=[0]", "data.episodes=2",
+                        "methods.online_sgd.epochs=3", "methods.laplace_prior.epochs=3",
+                        "methods.offline.epochs=3"))
+    html = report_html(tmp_path, "continual")
+    assert html.count("data:image/png;base64") >= 2
+    assert "final average NLL" in html
+    runs = fits(tmp_path, "continual")
+    assert {run.data.params["method"] for run in runs} == {"online_sgd", "laplace_prior", "offline"}
+    history = client(tmp_path).get_metric_history(runs[0].info.run_id, "trace/seen_average_nll")
+    assert len(history) == 2
