@@ -254,7 +254,11 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
         if name not in stages:
             payload = {
                 **base,
-                "method": spec.methods[method].model_dump(mode="json", by_alias=True),
+                # How a method predicts does not change its curvature: a sampled and a
+                # linearised Laplace of the same engine share one pass.
+                "method": spec.methods[method].model_dump(
+                    mode="json", by_alias=True, exclude={"prediction"}
+                ),
                 "seed": seed,
                 "inputs": [source.key],
             }

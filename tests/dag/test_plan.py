@@ -66,3 +66,13 @@ def test_deep_ensemble_is_shared_across_temperatures(tiny_spec: Path) -> None:
     spec = load_spec(tiny_spec, ["+methods.ensemble={engine: deep_ensemble, members: 3}"]).spec
     fits = plan_workflow(spec, "d").of_kind("fit")
     assert [s.name for s in fits if s.method == "ensemble"] == ["fit/ensemble/T=shared/seed=0"]
+
+
+def test_sampled_and_linearized_laplace_share_one_curvature_key(tiny_spec: Path) -> None:
+    """Two Laplace methods differing only in prediction plan the same curvature key."""
+    extra = "+methods.laplace_linear={engine: laplace_diag_ggn, from: map, prediction: linearized}"
+    plan = plan_workflow(load_spec(tiny_spec, [extra]).spec, "d")
+    sampled = plan.stages["curvature/laplace/seed=0"]
+    linear = plan.stages["curvature/laplace_linear/seed=0"]
+    assert sampled.key == linear.key
+    assert plan.stages["fit/laplace/T=1/seed=0"].key != plan.stages["fit/laplace_linear/T=1/seed=0"].key
