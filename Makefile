@@ -9,10 +9,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SPEC   ?= workflows/cold_posterior.yaml
 ARGS   ?=
-# torch: CPU-only machines get a CPU build (pinned to 2.13.0, the release whose CPU wheel
-# this project is tested with); machines with an NVIDIA driver get pip's default build.
+# torch: CPU-only machines get the CPU build of torch 2.13.0 (the release this project is
+# tested with; pip finds it through the machine's own configuration); machines with an NVIDIA
+# driver get pip's default build. No package index is named here: a user who wants another
+# one sets pip's own environment variables (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL).
 TORCH_CPU ?= torch==2.13.0
-TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: run test setup setup-dev bench clean
 
@@ -23,12 +24,8 @@ $(BIN)/python:
 $(VENV)/.torch: | $(BIN)/python
 	@if command -v nvidia-smi >/dev/null 2>&1; then \
 	  echo "NVIDIA driver found: installing torch with CUDA"; $(BIN)/pip install -q 'torch>=2.3'; \
-	elif $(BIN)/pip download -q --no-deps -d $(VENV)/.wheels '$(TORCH_CPU)' --no-index >/dev/null 2>&1 \
-	     || ls /opt/wheels/torch-*cpu* >/dev/null 2>&1; then \
-	  echo "no GPU: installing the CPU build of $(TORCH_CPU)"; $(BIN)/pip install -q '$(TORCH_CPU)'; \
 	else \
-	  echo "no GPU: installing the CPU build of $(TORCH_CPU) from the PyTorch CPU index"; \
-	  $(BIN)/pip install -q '$(TORCH_CPU)' --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
+	  echo "no GPU: installing $(TORCH_CPU)"; $(BIN)/pip install -q '$(TORCH_CPU)'; \
 	fi
 	@touch $@
 
