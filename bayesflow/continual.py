@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Posterior, Problem
 from bayesflow.engines.curvature import diagonal_ggn
 from bayesflow.engines.fit import fit, minibatches
+from bayesflow.methods.registry import method_of
 from bayesflow.temperature import Tempering
 
 __all__ = ["fit_continual"]
@@ -88,7 +88,7 @@ def fit_continual(
         rows = episode_train <= episode if config.continual == "offline" else episode_train == episode
         inputs, targets = x_train[rows], y_train[rows]
         current = replace(_gaussian_prior(problem, mean, precision), num_data=int(rows.sum()))
-        engine = ENGINES.get(config.engine)(current, replace(tempering, num_data=current.num_data), config)
+        engine = method_of(config).builder()(current, replace(tempering, num_data=current.num_data), config)
         result = fit(engine, params, inputs, targets, generator)
         params, steps = result.posterior.mean, steps + result.steps
         if config.continual == "laplace_prior":

@@ -19,6 +19,7 @@ from bayesflow.dag.cache import Entry
 from bayesflow.dag.plan import Stage
 from bayesflow.data import Dataset
 from bayesflow.errors import BayesflowError, DivergenceError, StageError
+from bayesflow.methods.registry import method_of, traits_of
 from bayesflow.spec.load import LoadedSpec
 
 __all__ = ["POSTERIOR_FILE", "StageRunner", "fit_parameters"]
@@ -128,7 +129,7 @@ class StageRunner:
         spec = self.loaded.spec
         likelihood = build_likelihood(spec.likelihood.model_dump())
         prior = build_prior(spec.prior.model_dump())
-        if stage.engine == "mle":
+        if not traits_of(stage.engine or "").uses_prior:
             prior = none()
         outputs = likelihood.num_outputs(self.dataset.num_classes)
         torch.manual_seed(stage.seed or 0)
@@ -162,7 +163,6 @@ class StageRunner:
             return self._continual(stage, staging)
         import torch
 
-        from bayesflow.engines import ENGINES
         from bayesflow.engines.base import Posterior
         from bayesflow.engines.fit import fit
         from bayesflow.subset import restrict_problem
@@ -182,7 +182,7 @@ class StageRunner:
             where = f"methods.{stage.method}.parameters"
             problem, embed = restrict_problem(full_problem, params, config.parameters, where)
             params = embed.restrict(params)
-        engine = ENGINES.get(stage.engine or "")(problem, tempering, config)
+        engine = method_of(stage.engine or "").builder()(problem, tempering, config)
         x_train, y_train = self._tensors(self.dataset.x_train, self.dataset.y_train, problem.device)
         began = time.perf_counter()
         try:
@@ -225,18 +225,16 @@ class StageRunner:
         """
         import torch
 
-        from bayesflow.engines import ENGINES
         from bayesflow.engines.base import Posterior
         from bayesflow.engines.fit import fit
         from bayesflow.engines.sgmcmc import chain_starts
-        from bayesflow.spec.methods import SamplerBase
         from bayesflow.temperature import ChainTempering, Tempering
 
         spec = self.loaded.spec
         cells = stage.config["cells"]
         config = spec.methods[stage.method or ""]
-        if not isinstance(config, SamplerBase):
-            raise StageError(f"{stage.name}: only SG-MCMC samplers run as a vectorised grid")
+        if "temperatures" not in traits_of(config).vectorizes:
+            raise StageError(f"{stage.name}: method {stage.engine} cannot run as a vectorised grid")
         per_cell = config.chains
         problem, _, _ = self._problem(stage)
         starts = []
@@ -246,7 +244,7 @@ class StageRunner:
             starts.append(chain_starts(problem, params, per_cell, generator))
         temperatures = tuple(float(cell["temperature"]) for cell in cells for _ in range(per_cell))
         tempering = ChainTempering(temperatures, problem.num_data, spec.temperature_convention)
-        engine = ENGINES.get(stage.engine or "")(problem, tempering, config)
+        engine = method_of(stage.engine or "").builder()(problem, tempering, config)
         chain_losses: list[Any] = []
         histories: list[list[float]] = [[] for _ in cells]
 
@@ -381,14 +379,13 @@ class StageRunner:
         """One Laplace curvature pass at the shared mode, for every temperature to rescale."""
         import torch
 
-        from bayesflow.engines import ENGINES
         from bayesflow.engines.base import Posterior
         from bayesflow.engines.fit import fit
 
         problem, _, tempering = self._problem(stage)
         (source,) = inputs.values()
         start = _starting_point(Posterior.from_arrays(dict(np.load(source.file(POSTERIOR_FILE)))))
-        engine = ENGINES.get(stage.engine or "")(problem, tempering, self.loaded.spec.methods[stage.method or ""])
+        engine = method_of(stage.engine or "").builder()(problem, tempering, self.loaded.spec.methods[stage.method or ""])
         x_train, y_train = self._tensors(self.dataset.x_train, self.dataset.y_train, problem.device)
         generator = torch.Generator(device=problem.device).manual_seed(int(stage.seed or 0))
         began = time.perf_counter()
@@ -429,7 +426,6 @@ class StageRunner:
         """A Laplace fit at one temperature from a shared curvature pass: no data pass."""
         import torch
 
-        from bayesflow.engines import ENGINES
         from bayesflow.engines.laplace import LaplaceState
 
         problem, _, tempering = self._problem(stage)
@@ -438,7 +434,7 @@ class StageRunner:
             torch.as_tensor(arrays["params"], device=problem.device),
             torch.as_tensor(arrays["curvature"], device=problem.device),
         )
-        engine = ENGINES.get(stage.engine or "")(problem, tempering, self.loaded.spec.methods[stage.method or ""])
+        engine = method_of(stage.engine or "").builder()(problem, tempering, self.loaded.spec.methods[stage.method or ""])
         began = time.perf_counter()
         posterior = engine.posterior(state)
         np.savez(staging / POSTERIOR_FILE, **posterior.to_arrays(problem))

@@ -73,9 +73,9 @@ def posteriors_version() -> str:
 
 def bayesflow_has(engine: str) -> bool:
     """Whether bayesflow's registry holds ``engine``."""
-    from bayesflow.engines import ENGINES
+    from bayesflow.methods import METHODS
 
-    return engine in ENGINES.names()
+    return engine in METHODS.names()
 
 
 def bayesflow_engine(
@@ -88,8 +88,7 @@ def bayesflow_engine(
     epochs: int = 1,
 ) -> Engine:
     """The bayesflow engine of ``method`` built from its spec model, as a workflow would."""
-    from bayesflow.engines import ENGINES
-    from bayesflow.spec import methods
+    from bayesflow.methods import METHODS
 
     hyper = HYPER[method]
     fields: dict[str, Any] = {"engine": method, "batch_size": batch_size}
@@ -112,9 +111,9 @@ def bayesflow_engine(
         )
     elif method == "map":
         fields.update(optimizer={"name": "adam", "lr": hyper["lr"]}, epochs=epochs)
-    config = methods.ENGINE_SPECS[method].model_validate(fields)
+    config = METHODS.get(method).spec.model_validate(fields)
     tempering = Tempering(temperature, setup.num_data)
-    return ENGINES.get(method)(setup.problem, tempering, config)
+    return METHODS.get(method).builder()(setup.problem, tempering, config)
 
 
 def bayesflow_state(engine: Engine, setup: Setup, seed: int = 0) -> Any:

@@ -10,9 +10,9 @@ import torch
 
 import bayesflow
 from bayesflow.dag.cache import Cache
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Posterior
 from bayesflow.engines.fit import fit
+from bayesflow.methods import METHODS
 from bayesflow.stages import POSTERIOR_FILE
 from bayesflow.tracking import InMemoryTracker
 from tests.conftest import TINY_SPEC, write
@@ -42,7 +42,7 @@ def test_rescaled_laplace_equals_a_direct_fit(tmp_path: Path, monkeypatch: pytes
 
     runner = StageRunner(loaded, bayesflow.api._dataset(loaded), tmp_path)
     problem, _, tempering = runner._problem(plan.stages["fit/laplace/T=1/seed=0"])
-    engine = ENGINES.get("laplace_diag_ggn")(problem, tempering, loaded.spec.methods["laplace"])
+    engine = METHODS.get("laplace_diag_ggn").builder()(problem, tempering, loaded.spec.methods["laplace"])
     data = runner.dataset
     direct = fit(engine, mode, torch.as_tensor(data.x_train), torch.as_tensor(data.y_train),
                  torch.Generator().manual_seed(0)).posterior

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 import pytest
+import torch
 
 import bayesflow
 from bayesflow.tracking import InMemoryTracker

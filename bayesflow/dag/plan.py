@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import Any
 
+from bayesflow.methods.registry import traits_of
 from bayesflow.spec.models import WorkflowSpec
 
 __all__ = [
-    "OPTIMIZERS",
-    "VECTORIZED_ENGINES",
     "Plan",
     "Stage",
     "describe_change",
@@ -41,10 +40,6 @@ __all__ = [
     "plan_workflow",
 ]
 
-OPTIMIZERS = frozenset({"map", "mle"})
-# Engines whose grid ``execution.vectorize`` runs as one batched program (per-chain
-# temperatures, bayesflow.engines.sgmcmc).
-VECTORIZED_ENGINES = frozenset({"sgld", "sghmc", "sgnht", "baoa"})
 # Bumped when a change to bayesflow changes results, so cached stages are recomputed.
 RESULTS_VERSION = "1"
 
@@ -133,20 +128,16 @@ def _versions() -> dict[str, str]:
 
 
 def _shares_curvature(spec: WorkflowSpec, method: str) -> bool:
-    """Whether a Laplace method's curvature pass can be shared by every temperature: the
+    """Whether a method's curvature pass can be shared by every temperature: the
     curvature at the mode does not depend on T (only T / (G + c·prior precision) does),
     when the mode itself is shared and the whole parameter vector is inferred."""
     config = spec.methods[method]
-    return config.engine.startswith("laplace_") and getattr(config, "parameters", None) is None
+    return traits_of(config).curvature is not None and config.parameters is None
 
 
 def _shares_temperature(spec: WorkflowSpec, method: str) -> bool:
-    """Whether a method's fit is the same at every temperature."""
-    engine = spec.methods[method].engine
-    if engine == "mle":
-        return True
-    # A deep ensemble is K MAP fits (the T = 0 limit of parallel SGHMC): shared like MAP.
-    return engine in ("map", "deep_ensemble") and spec.temperature_convention == "posterior"
+    """Whether a method's fit is the same at every temperature (its traits say when)."""
+    return traits_of(spec.methods[method]).shared_across_temperatures(spec.temperature_convention)
 
 
 def _vectorized(spec: WorkflowSpec, method: str) -> bool:
@@ -157,7 +148,7 @@ def _vectorized(spec: WorkflowSpec, method: str) -> bool:
     config = spec.methods[method]
     return (
         spec.execution.vectorize
-        and config.engine in VECTORIZED_ENGINES
+        and "temperatures" in traits_of(config).vectorizes
         and config.from_ is None
         and config.parameters is None
     )
@@ -257,7 +248,8 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
                 # How a method predicts does not change its curvature: a sampled and a
                 # linearised Laplace of the same engine share one pass.
                 "method": spec.methods[method].model_dump(
-                    mode="json", by_alias=True, exclude={"prediction"}
+                    mode="json", by_alias=True,
+                    exclude=set(traits_of(spec.methods[method]).prediction_fields),
                 ),
                 "seed": seed,
                 "inputs": [source.key],

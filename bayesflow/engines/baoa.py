@@ -30,10 +30,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
 from bayesflow.engines.sgmcmc import build_chains
-from bayesflow.spec.methods import BAOASpec
+from bayesflow.methods.baoa import BAOASpec
 from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = ["BAOAState", "build"]
@@ -57,7 +56,6 @@ class BAOAState(NamedTuple):
     samples: list[Tensor]
 
 
-@ENGINES.register("baoa")
 def build(problem: Problem, tempering: Tempering | ChainTempering, config: BAOASpec) -> Engine:
     """BAOA targeting ``exp(f/𝒯)``; see the module docstring for the update rule.
 

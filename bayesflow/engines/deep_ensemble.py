@@ -30,11 +30,10 @@ import torchopt
 from torch import Tensor
 from torch.func import grad_and_value, vmap
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
 from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
 from bayesflow.engines.sgmcmc import chain_starts
-from bayesflow.spec.methods import DeepEnsembleSpec
+from bayesflow.methods.deep_ensemble import DeepEnsembleSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["DeepEnsembleState", "build"]
@@ -54,7 +53,6 @@ class DeepEnsembleState(NamedTuple):
     step: int
 
 
-@ENGINES.register("deep_ensemble")
 def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> Engine:
     """K members, each minimising ``−f(θ_k)`` with the spec's torchopt optimiser.
 

@@ -27,12 +27,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem, check_dense_dimension
 from bayesflow.engines.curvature import dense_ggn, example_gradients, log_likelihood_gradient
 from bayesflow.engines.ekf_diag_fisher import initial_variance, step_loss
 from bayesflow.engines.laplace import dense_inverse
-from bayesflow.spec.methods import EKFDenseSpec
+from bayesflow.methods.ekf import EKFDenseSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["EKFDenseState", "build"]
@@ -52,7 +51,6 @@ class EKFDenseState(NamedTuple):
     step: int
 
 
-@ENGINES.register("ekf_dense_fisher")
 def build(problem: Problem, tempering: Tempering, config: EKFDenseSpec) -> Engine:
     """Dense EKF over minibatches; see the module docstring for the update rule.
 

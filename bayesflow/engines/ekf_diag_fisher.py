@@ -37,11 +37,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
 from bayesflow.engines.curvature import diagonal_ggn, example_gradients, log_likelihood_gradient
 from bayesflow.errors import StageError
-from bayesflow.spec.methods import EKFBase, EKFDiagSpec
+from bayesflow.methods.ekf import EKFBase, EKFDiagSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["EKFDiagState", "build", "initial_variance", "step_loss"]
@@ -88,7 +87,6 @@ def step_loss(problem: Problem, tempering: Tempering, mean: Tensor, batch: Batch
         return -problem.log_posterior(mean, batch, prior_weight=tempering.prior_weight)
 
 
-@ENGINES.register("ekf_diag_fisher")
 def build(problem: Problem, tempering: Tempering, config: EKFDiagSpec) -> Engine:
     """Diagonal EKF over minibatches; see the module docstring for the update rule.
 

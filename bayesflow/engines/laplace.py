@@ -29,11 +29,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem, check_dense_dimension
 from bayesflow.engines.curvature import diagonal_ggn
 from bayesflow.errors import StageError
-from bayesflow.spec.methods import LaplaceBase, LaplaceSpec
+from bayesflow.methods.laplace import LaplaceBase, LaplaceSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["Curvature", "LaplaceState", "build", "build_laplace", "diagonal_ggn"]
@@ -110,7 +109,6 @@ def build_laplace(
     return Engine(init, update, posterior, 1, config.batch_size)
 
 
-@ENGINES.register("laplace_diag_ggn")
 def build(problem: Problem, tempering: Tempering, config: LaplaceSpec) -> Engine:
     """Diagonal GGN Laplace approximation ``N(θ*, diag(T / (G + c·prior_precision)))``.
 

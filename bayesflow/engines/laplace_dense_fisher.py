@@ -20,17 +20,15 @@ the convention, so the covariance is ``T · Λ⁻¹``; T = 0 is a point mass (``
 
 from __future__ import annotations
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Engine, Problem
 from bayesflow.engines.curvature import dense_fisher
 from bayesflow.engines.laplace import build_laplace
-from bayesflow.spec.methods import LaplaceDenseFisherSpec
+from bayesflow.methods.laplace import LaplaceDenseFisherSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["build"]
 
 
-@ENGINES.register("laplace_dense_fisher")
 def build(problem: Problem, tempering: Tempering, config: LaplaceDenseFisherSpec) -> Engine:
     """Dense empirical-Fisher Laplace ``N(θ*, T · (Σᵢ gᵢgᵢᵀ + c·diag(prior_precision))⁻¹)``.
 

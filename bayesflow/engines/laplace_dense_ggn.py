@@ -22,17 +22,15 @@ the convention, so the covariance is ``T · Λ⁻¹``; T = 0 is a point mass (``
 
 from __future__ import annotations
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Engine, Problem
 from bayesflow.engines.curvature import dense_ggn
 from bayesflow.engines.laplace import build_laplace
-from bayesflow.spec.methods import LaplaceDenseGGNSpec
+from bayesflow.methods.laplace import LaplaceDenseGGNSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["build"]
 
 
-@ENGINES.register("laplace_dense_ggn")
 def build(problem: Problem, tempering: Tempering, config: LaplaceDenseGGNSpec) -> Engine:
     """Dense GGN Laplace ``N(θ*, T · (Σᵢ JᵢᵀHᵢJᵢ + c·diag(prior_precision))⁻¹)``.
 

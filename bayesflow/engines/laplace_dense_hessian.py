@@ -21,17 +21,15 @@ the convention, so the covariance is ``T · Λ⁻¹``; T = 0 is a point mass (``
 
 from __future__ import annotations
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Engine, Problem
 from bayesflow.engines.curvature import dense_hessian
 from bayesflow.engines.laplace import build_laplace
-from bayesflow.spec.methods import LaplaceDenseHessianSpec
+from bayesflow.methods.laplace import LaplaceDenseHessianSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["build"]
 
 
-@ENGINES.register("laplace_dense_hessian")
 def build(problem: Problem, tempering: Tempering, config: LaplaceDenseHessianSpec) -> Engine:
     """Dense Hessian Laplace ``N(θ*, T · (−∇² Σᵢ log p(yᵢ|xᵢ,θ*) + c·diag(prior_precision))⁻¹)``.
 

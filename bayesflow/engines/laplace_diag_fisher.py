@@ -20,17 +20,15 @@ variance is ``T / Λ`` with the prior weight ``c`` of the convention; T = 0 is a
 
 from __future__ import annotations
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Engine, Problem
 from bayesflow.engines.curvature import diagonal_fisher
 from bayesflow.engines.laplace import build_laplace
-from bayesflow.spec.methods import LaplaceDiagFisherSpec
+from bayesflow.methods.laplace import LaplaceDiagFisherSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["build"]
 
 
-@ENGINES.register("laplace_diag_fisher")
 def build(problem: Problem, tempering: Tempering, config: LaplaceDiagFisherSpec) -> Engine:
     """Diagonal empirical-Fisher Laplace ``N(θ*, diag(T / (Σᵢ gᵢ² + c·prior_precision)))``.
 

@@ -30,11 +30,10 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
 from bayesflow.engines.sgmcmc import chain_starts
 from bayesflow.errors import MissingDependencyError, StageError
-from bayesflow.spec.methods import NUTSSpec
+from bayesflow.methods.nuts import NUTSSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["NUTSState", "build", "import_pyro"]
@@ -68,7 +67,6 @@ def import_pyro() -> Any:
     return mcmc
 
 
-@ENGINES.register("nuts")
 def build(problem: Problem, tempering: Tempering, config: NUTSSpec) -> Engine:
     """Full-batch NUTS on ``U_T(θ) = −N f(θ) / T``; see the module docstring.
 

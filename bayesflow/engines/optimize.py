@@ -26,9 +26,9 @@ from torch import Tensor
 from torch.func import grad_and_value
 from torchopt.typing import Numeric, ScalarOrSchedule
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
-from bayesflow.spec.methods import OptimizerSpec, OptimizeSpec, ScheduleSpec
+from bayesflow.methods.base import OptimizerSpec, ScheduleSpec
+from bayesflow.methods.optimize import OptimizeSpec
 from bayesflow.temperature import Tempering
 
 __all__ = [
@@ -129,13 +129,11 @@ def build(problem: Problem, prior_weight: float, config: OptimizeSpec) -> Engine
     return Engine(init, update, posterior, config.epochs, config.batch_size)
 
 
-@ENGINES.register("map")
 def build_map(problem: Problem, tempering: Tempering, config: OptimizeSpec) -> Engine:
     """Maximum a posteriori estimate by optimisation (a point mass at the mode)."""
     return build(problem, tempering.prior_weight, config)
 
 
-@ENGINES.register("mle")
 def build_mle(problem: Problem, tempering: Tempering, config: OptimizeSpec) -> Engine:
     """Maximum likelihood estimate by optimisation (the prior is ignored)."""
     return build(problem, 0.0, config)

@@ -26,10 +26,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
 from bayesflow.engines.sgmcmc import build_chains
-from bayesflow.spec.methods import SGHMCSpec
+from bayesflow.methods.sghmc import SGHMCSpec
 from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = ["SGHMCState", "build"]
@@ -54,7 +53,6 @@ class SGHMCState(NamedTuple):
     samples: list[Tensor]
 
 
-@ENGINES.register("sghmc")
 def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGHMCSpec) -> Engine:
     """SGHMC targeting ``exp(f/𝒯)``; see the module docstring for the update rule.
 

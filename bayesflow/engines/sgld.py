@@ -25,10 +25,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
 from bayesflow.engines.sgmcmc import build_chains
-from bayesflow.spec.methods import SGLDSpec
+from bayesflow.methods.sgld import SGLDSpec
 from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = ["SGLDState", "build"]
@@ -50,7 +49,6 @@ class SGLDState(NamedTuple):
     samples: list[Tensor]
 
 
-@ENGINES.register("sgld")
 def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGLDSpec) -> Engine:
     """SGLD targeting ``exp(f/𝒯)``; see the module docstring for the update rule.
 

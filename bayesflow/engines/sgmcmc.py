@@ -47,7 +47,7 @@ from torch.func import grad_and_value, vmap
 from bayesflow.engines.base import Batch, Posterior, Problem
 from bayesflow.engines.optimize import steps_per_epoch
 from bayesflow.errors import StageError
-from bayesflow.spec.methods import SamplerBase, SamplerScheduleSpec
+from bayesflow.methods.base import SamplerBase, SamplerScheduleSpec
 from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = [

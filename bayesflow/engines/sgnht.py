@@ -28,10 +28,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
 from bayesflow.engines.sgmcmc import build_chains
-from bayesflow.spec.methods import SGNHTSpec
+from bayesflow.methods.sgnht import SGNHTSpec
 from bayesflow.temperature import ChainTempering, Tempering
 
 __all__ = ["SGNHTState", "build"]
@@ -57,7 +56,6 @@ class SGNHTState(NamedTuple):
     samples: list[Tensor]
 
 
-@ENGINES.register("sgnht")
 def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGNHTSpec) -> Engine:
     """SGNHT targeting ``exp(f/𝒯)``; see the module docstring for the update rule.
 

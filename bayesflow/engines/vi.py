@@ -27,10 +27,9 @@ import torchopt
 from torch import Tensor
 from torch.func import vmap
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem
 from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
-from bayesflow.spec.methods import VISpec
+from bayesflow.methods.vi import VISpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["VIState", "build", "entropy"]
@@ -73,7 +72,6 @@ def entropy(mean: Tensor, log_sd: Tensor, draws: Tensor, stick_the_landing: bool
     return -log_q.mean()
 
 
-@ENGINES.register("vi_diag")
 def build(problem: Problem, tempering: Tempering, config: VISpec) -> Engine:
     """Maximise ``E_q[f] + 𝒯·H[q]`` over a diagonal Gaussian q with torchopt.
 

@@ -33,10 +33,9 @@ import torchopt
 from torch import Tensor
 from torch.func import grad_and_value, vmap
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Batch, Engine, Posterior, Problem, check_dense_dimension
 from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
-from bayesflow.spec.methods import VIDenseSpec
+from bayesflow.methods.vi import VIDenseSpec
 from bayesflow.temperature import Tempering
 
 __all__ = ["VIDenseState", "build", "cholesky_factor", "dense_entropy"]
@@ -88,7 +87,6 @@ def dense_entropy(mean: Tensor, factor: Tensor, draws: Tensor, stick_the_landing
     return -log_q.mean()
 
 
-@ENGINES.register("vi_dense")
 def build(problem: Problem, tempering: Tempering, config: VIDenseSpec) -> Engine:
     """Maximise ``E_q[f] + 𝒯·H[q]`` over a full-covariance Gaussian q with torchopt.
 

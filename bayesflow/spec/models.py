@@ -20,12 +20,9 @@ from pydantic import (
     model_validator,
 )
 
-from bayesflow.spec.methods import (
-    LAPLACE_ENGINES,
-    POSITIVE_TEMPERATURE_ENGINES,
-    MethodSpec,
-    Strict,
-)
+from bayesflow.methods.registry import METHODS
+from bayesflow.spec.methods import MethodSpec
+from bayesflow.spec.strict import Strict
 
 __all__ = [
     "DataSpec",
@@ -598,7 +595,10 @@ class WorkflowSpec(Strict):
         return temperatures
 
 
-OPTIMIZATION_ENGINES = ("map", "mle")
+def _traits(engine: Any) -> Any:
+    """The traits of the method named ``engine``, or None for an unknown name (reported
+    by the union's own validation)."""
+    return METHODS.get(engine).traits if isinstance(engine, str) and engine in METHODS else None
 
 
 def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
@@ -623,11 +623,12 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
             problems.append((("methods", name, "continual"),
                 "needs data that arrive in episodes; set `data.episodes` (e.g. 5 for "
                 "sklearn_digits)"))
-        if has_zero and method.get("engine") in POSITIVE_TEMPERATURE_ENGINES:
-            problems.append((("methods", name, "engine"),
-                f"{method.get('engine')} samples exp(-U/T) and needs T > 0, but `temperatures` "
-                "holds 0; drop 0 from the grid or use an optimiser for the T → 0 limit"))
         source, engine = method.get("from"), method.get("engine")
+        traits = _traits(engine)
+        if has_zero and traits is not None and traits.positive_temperature:
+            problems.append((("methods", name, "engine"),
+                f"{engine} samples exp(-U/T) and needs T > 0, but `temperatures` "
+                "holds 0; drop 0 from the grid or use an optimiser for the T → 0 limit"))
         if source is not None and source not in methods:
             problems.append((("methods", name, "from"),
                 f"names {source!r}, which is not a method (methods: {', '.join(methods)})"))
@@ -635,17 +636,33 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
             problems.append((("methods", name, "parameters"),
                 ("inferring a subset of the parameters needs `from: <a method>` whose values "
                  "fix the others; add it")))
-        if engine in LAPLACE_ENGINES:
-            if source is None:
-                problems.append((("methods", name),
-                    "a Laplace method needs `from: <a map or mle method>`; add it"))
-            elif isinstance(methods.get(source), dict) and methods[source].get("engine") not in OPTIMIZATION_ENGINES:
-                problems.append((("methods", name, "from"),
-                    f"must name a map or mle method, got {source!r} "
-                    f"(engine {methods[source].get('engine')})"))
+        if traits is not None and traits.needs_mode:
+            problems.extend(_mode_problems(name, source, methods))
     problems.extend(_cycles(methods))
     problems.extend(_reference_problems(data.get("evaluate"), methods))
     return problems
+
+
+def _mode_providers() -> list[str]:
+    return [method.name for method in METHODS if method.traits.provides_mode]
+
+
+def _mode_problems(
+    name: str, source: Any, methods: dict[str, Any]
+) -> list[tuple[tuple[str, ...], str]]:
+    """A method that expands around a mode must start ``from`` a method that finds one."""
+    providers = " or ".join(_mode_providers())
+    if source is None:
+        return [(("methods", name), f"a {methods[name].get('engine')} method needs "
+                 f"`from: <a {providers} method>`; add it")]
+    origin = methods.get(source)
+    if not isinstance(origin, dict):
+        return []
+    traits = _traits(origin.get("engine"))
+    if traits is None or traits.provides_mode:
+        return []
+    return [(("methods", name, "from"),
+             f"must name a {providers} method, got {source!r} (engine {origin.get('engine')})")]
 
 
 def _reference_problems(

@@ -15,14 +15,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Posterior, Problem
 from bayesflow.engines.fit import fit
 from bayesflow.likelihoods import gaussian
+from bayesflow.methods import METHODS
 from bayesflow.models import linear
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
-from bayesflow.spec.methods import ENGINE_SPECS
 from bayesflow.temperature import Tempering
 
 NUM_DATA, NOISE_SD, PRIOR_VARIANCE = 200, 0.5, 2.0
@@ -93,11 +92,11 @@ def run(
     """Fit engine ``name`` on the regression, full batch, from ``params`` (default zeros)."""
     problem, inputs, targets = regression
     values = {"engine": name, **config}
-    if "batch_size" in ENGINE_SPECS[name].model_fields:
+    if "batch_size" in METHODS.get(name).spec.model_fields:
         values.setdefault("batch_size", None)
-    spec = ENGINE_SPECS[name].model_validate(values)
+    spec = METHODS.get(name).spec.model_validate(values)
     tempering = Tempering(temperature, NUM_DATA, convention)  # type: ignore[arg-type]
-    engine = ENGINES.get(name)(problem, tempering, spec)
+    engine = METHODS.get(name).builder()(problem, tempering, spec)
     start = torch.zeros(problem.dimension, dtype=torch.float64) if params is None else params
     return fit(engine, start, inputs, targets, torch.Generator().manual_seed(seed)).posterior
 
@@ -132,8 +131,8 @@ def standard_gaussian() -> Problem:
 def sample_standard_gaussian(name: str, temperature: float, **config: Any) -> Tensor:
     """Samples of engine ``name`` on the 1-D standard Gaussian at ``temperature``."""
     problem = standard_gaussian()
-    spec = ENGINE_SPECS[name].model_validate({"engine": name, **config})
-    engine = ENGINES.get(name)(problem, Tempering(temperature, 1), spec)
+    spec = METHODS.get(name).spec.model_validate({"engine": name, **config})
+    engine = METHODS.get(name).builder()(problem, Tempering(temperature, 1), spec)
     batch = (torch.zeros(1, 1), torch.zeros(1))
     samples = fit(
         engine, torch.zeros(1), *batch, torch.Generator().manual_seed(0)
@@ -171,4 +170,4 @@ POSITIVE_TEMPERATURE = {"nuts"}
 def make_config(name: str, **overrides: Any) -> Any:
     """The small spec model of engine ``name``."""
     values = {"engine": name, **SMALL_CONFIGS[name], **overrides}
-    return ENGINE_SPECS[name].model_validate(values)
+    return METHODS.get(name).spec.model_validate(values)

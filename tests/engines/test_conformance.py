@@ -7,15 +7,14 @@ from typing import Any
 import pytest
 import torch
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Engine, Posterior, Problem
 from bayesflow.engines.fit import fit
 from bayesflow.errors import DivergenceError, StageError
 from bayesflow.likelihoods import categorical, gaussian
+from bayesflow.methods import METHODS
 from bayesflow.models import linear, mlp
 from bayesflow.priors import diag_normal, none
 from bayesflow.problem import build_problem
-from bayesflow.spec.methods import ENGINE_SPECS, LAPLACE_ENGINES
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import POSITIVE_TEMPERATURE, make_config
 
@@ -51,13 +50,13 @@ def starting_point(
     name: str, problem: Problem, mode: torch.Tensor, generator: torch.Generator
 ) -> Any:
     """Where engine ``name`` starts: the mode for Laplace, else the model's initialisation."""
-    return mode if name in LAPLACE_ENGINES else problem.init_params(generator)
+    return mode if METHODS.get(name).traits.needs_mode else problem.init_params(generator)
 
 
 def build_engine(name: str, problem: Problem, temperature: float = 1.0, **overrides: Any) -> Engine:
     """Build engine ``name`` on ``problem`` at ``temperature``."""
     tempering = Tempering(temperature, problem.num_data)
-    return ENGINES.get(name)(problem, tempering, make_config(name, **overrides))
+    return METHODS.get(name).builder()(problem, tempering, make_config(name, **overrides))
 
 
 def run(
@@ -80,11 +79,11 @@ def tensors(posterior: Posterior) -> dict[str, torch.Tensor]:
 
 def test_every_spec_has_an_engine() -> None:
     """The engine registry and the method specs name the same engines."""
-    assert set(ENGINES.names()) == set(ENGINE_SPECS)
+    assert set(METHODS.names()) == set(METHODS.names())
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("name", ENGINES.names())
+@pytest.mark.parametrize("name", METHODS.names())
 def test_round_trip(
     name: str, temperature: float, problem: Problem, data: Any, mode: torch.Tensor
 ) -> None:
@@ -108,7 +107,7 @@ def test_round_trip(
         assert value.shape[-1] == problem.dimension
 
 
-@pytest.mark.parametrize("name", ENGINES.names())
+@pytest.mark.parametrize("name", METHODS.names())
 def test_same_seed_same_result(name: str, problem: Problem, data: Any, mode: torch.Tensor) -> None:
     """Two fits under the same seed give identical posteriors."""
     first = tensors(run(name, problem, data, mode, seed=3))
@@ -118,7 +117,7 @@ def test_same_seed_same_result(name: str, problem: Problem, data: Any, mode: tor
         assert torch.equal(first[field], second[field])
 
 
-@pytest.mark.parametrize("name", ENGINES.names())
+@pytest.mark.parametrize("name", METHODS.names())
 def test_posterior_arrays(name: str, problem: Problem, data: Any, mode: torch.Tensor) -> None:
     """``to_arrays`` gives samples, or a mean with a variance or covariance, and the names."""
     arrays = run(name, problem, data, mode, seed=0).to_arrays(problem)
@@ -128,7 +127,7 @@ def test_posterior_arrays(name: str, problem: Problem, data: Any, mode: torch.Te
     assert tuple(arrays["param_names"]) == problem.param_names
 
 
-@pytest.mark.parametrize("name", ENGINES.names())
+@pytest.mark.parametrize("name", METHODS.names())
 def test_fit_history_has_one_loss_per_epoch(
     name: str, problem: Problem, data: Any, mode: torch.Tensor
 ) -> None:
@@ -149,7 +148,7 @@ def test_fit_raises_divergence_naming_epoch_and_fix(data: Any) -> None:
     """A learning rate far too large ends in a DivergenceError naming the epoch and the fix."""
     problem = build_problem(linear(2, 1), gaussian(), diag_normal(), NUM_DATA)
     spec = make_config("map", optimizer={"name": "sgd", "lr": 1e6}, epochs=50)
-    engine = ENGINES.get("map")(problem, Tempering(1.0, NUM_DATA), spec)
+    engine = METHODS.get("map").builder()(problem, Tempering(1.0, NUM_DATA), spec)
     inputs, targets = data
     with pytest.raises(DivergenceError, match=r"epoch \d+ \(update steps \d+-\d+\).*smaller"):
         fit(engine, torch.zeros(problem.dimension), inputs, targets.float(), torch.Generator())
@@ -158,7 +157,7 @@ def test_fit_raises_divergence_naming_epoch_and_fix(data: Any) -> None:
 def test_laplace_without_prior_or_curvature_raises(data: Any) -> None:
     """A parameter with no curvature and a flat prior is an error naming the parameter."""
     problem = build_problem(linear(2, 1), gaussian(), none(), NUM_DATA)
-    engine = ENGINES.get("laplace_diag_ggn")(
+    engine = METHODS.get("laplace_diag_ggn").builder()(
         problem, Tempering(1.0, NUM_DATA), make_config("laplace_diag_ggn")
     )
     state = engine.init(torch.zeros(problem.dimension), torch.Generator())

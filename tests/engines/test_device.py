@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.fit import fit
 from bayesflow.likelihoods import categorical
+from bayesflow.methods import METHODS
 from bayesflow.models import mlp
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
-from bayesflow.spec.methods import LAPLACE_ENGINES
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import make_config
 
@@ -23,7 +22,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("name", ENGINES.names())
+@pytest.mark.parametrize("name", METHODS.names())
 def test_engine_runs_on_cuda(name: str) -> None:
     """A fit on the GPU, with a GPU generator as the fit stage uses, stays on the GPU."""
     device = torch.device("cuda")
@@ -34,12 +33,12 @@ def test_engine_runs_on_cuda(name: str) -> None:
     targets = torch.randint(0, 3, (NUM_DATA,), generator=generator, device=device)
     params = problem.init_params(generator).to(device)
     tempering = Tempering(1.0, NUM_DATA)
-    if name in LAPLACE_ENGINES:
+    if METHODS.get(name).traits.needs_mode:
         optimizer = {"lr": 0.05}
         config = make_config("map", epochs=300, batch_size=None, optimizer=optimizer)
-        engine = ENGINES.get("map")(problem, tempering, config)
+        engine = METHODS.get("map").builder()(problem, tempering, config)
         params = fit(engine, params, inputs, targets, generator).posterior.mean
-    engine = ENGINES.get(name)(problem, tempering, make_config(name))
+    engine = METHODS.get(name).builder()(problem, tempering, make_config(name))
     posterior = fit(engine, params, inputs, targets, generator).posterior
     for value in (posterior.samples, posterior.mean, posterior.var, posterior.cov):
         if value is not None:

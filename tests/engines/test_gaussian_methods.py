@@ -13,15 +13,14 @@ import itertools
 import pytest
 import torch
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Posterior
 from bayesflow.engines.vi_dense import cholesky_factor, dense_entropy
 from bayesflow.errors import StageError
 from bayesflow.likelihoods import gaussian
+from bayesflow.methods import METHODS
 from bayesflow.models import linear
 from bayesflow.priors import diag_normal, none
 from bayesflow.problem import build_problem
-from bayesflow.spec.methods import ENGINE_SPECS
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import (
     NOISE_SD,
@@ -154,8 +153,8 @@ def test_ekf_covariance_shrinks_with_data_and_decay_forgets(
     problem, inputs, targets = regression
     finals = []
     for decay in (1.0, 0.5):
-        spec = ENGINE_SPECS[name].model_validate({"engine": name, "decay": decay})
-        engine = ENGINES.get(name)(problem, Tempering(1.0, NUM_DATA), spec)
+        spec = METHODS.get(name).spec.model_validate({"engine": name, "decay": decay})
+        engine = METHODS.get(name).builder()(problem, Tempering(1.0, NUM_DATA), spec)
         state = engine.init(torch.zeros(3, dtype=torch.float64), torch.Generator())
         history = [marginal_variances(engine.posterior(state))]
         for start in range(0, NUM_DATA, 50):
@@ -172,16 +171,16 @@ def test_ekf_covariance_shrinks_with_data_and_decay_forgets(
 def test_ekf_needs_a_prior_or_an_initial_variance() -> None:
     """With a flat prior the filter has no starting variance: say to set init_variance."""
     problem = build_problem(linear(2, 1), gaussian(), none(), 10)
-    spec = ENGINE_SPECS["ekf_diag_fisher"].model_validate({"engine": "ekf_diag_fisher"})
-    engine = ENGINES.get("ekf_diag_fisher")(problem, Tempering(1.0, 10), spec)
+    spec = METHODS.get("ekf_diag_fisher").spec.model_validate({"engine": "ekf_diag_fisher"})
+    engine = METHODS.get("ekf_diag_fisher").builder()(problem, Tempering(1.0, 10), spec)
     with pytest.raises(
         StageError, match="3 of 3 parameters have no prior precision.*init_variance"
     ):
         engine.init(torch.zeros(3), torch.Generator())
-    spec = ENGINE_SPECS["ekf_diag_fisher"].model_validate(
+    spec = METHODS.get("ekf_diag_fisher").spec.model_validate(
         {"engine": "ekf_diag_fisher", "init_variance": 2.0}
     )
-    state = ENGINES.get("ekf_diag_fisher")(problem, Tempering(1.0, 10), spec).init(
+    state = METHODS.get("ekf_diag_fisher").builder()(problem, Tempering(1.0, 10), spec).init(
         torch.zeros(3), torch.Generator()
     )
     assert torch.equal(state.variance, torch.full((3,), 2.0))

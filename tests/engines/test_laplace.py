@@ -13,15 +13,14 @@ import pytest
 import torch
 from torch import Tensor
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import DENSE_DIMENSION_LIMIT
 from bayesflow.engines.fit import fit
 from bayesflow.errors import StageError
 from bayesflow.likelihoods import categorical, gaussian
+from bayesflow.methods import METHODS
 from bayesflow.models import linear, mlp
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
-from bayesflow.spec.methods import ENGINE_SPECS
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import (
     CASES,
@@ -103,9 +102,9 @@ def test_dense_laplace_at_zero_temperature_is_a_point_mass(
 def test_dense_methods_refuse_large_models(name: str) -> None:
     """A model above the dense limit is refused with the limit and the alternatives named."""
     problem = build_problem(linear(DENSE_DIMENSION_LIMIT, 1), gaussian(), diag_normal(), 10)
-    spec = ENGINE_SPECS[name].model_validate({"engine": name})
+    spec = METHODS.get(name).spec.model_validate({"engine": name})
     with pytest.raises(StageError) as error:
-        ENGINES.get(name)(problem, Tempering(1.0, 10), spec)
+        METHODS.get(name).builder()(problem, Tempering(1.0, 10), spec)
     message = str(error.value)
     assert f"has {DENSE_DIMENSION_LIMIT + 1:,} parameters" in message
     assert f"d ≤ {DENSE_DIMENSION_LIMIT:,}" in message and "parameters: [...]" in message
@@ -120,18 +119,18 @@ def test_hessian_laplace_away_from_a_mode_is_refused() -> None:
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(24, 2, generator=generator)
     targets = torch.randint(0, 3, (24,), generator=generator)
-    spec = ENGINE_SPECS["laplace_dense_hessian"].model_validate(
+    spec = METHODS.get("laplace_dense_hessian").spec.model_validate(
         {"engine": "laplace_dense_hessian", "batch_size": None}
     )
-    engine = ENGINES.get("laplace_dense_hessian")(problem, Tempering(1.0, 24), spec)
+    engine = METHODS.get("laplace_dense_hessian").builder()(problem, Tempering(1.0, 24), spec)
     start = problem.init_params(torch.Generator().manual_seed(1))
     with pytest.raises(StageError, match="not positive definite.*Fit the `from` method longer"):
         fit(engine, start, inputs, targets, generator)
 
 
 def test_laplace_methods_need_a_mode_in_the_spec() -> None:
-    """Every Laplace engine is listed as needing ``from:`` (the planner's spec check)."""
-    from bayesflow.spec.methods import LAPLACE_ENGINES
-
-    assert set(LAPLACE_ENGINES) == {name for name in ENGINE_SPECS if name.startswith("laplace")}
-    assert len(LAPLACE_ENGINES) == 5
+    """Every Laplace method's traits say it needs a mode (``from:``) and shares a curvature."""
+    needing = {method.name for method in METHODS if method.traits.needs_mode}
+    assert needing == {name for name in METHODS.names() if name.startswith("laplace")}
+    assert len(needing) == 5
+    assert all(METHODS.get(name).traits.curvature for name in needing)

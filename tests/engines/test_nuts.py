@@ -7,9 +7,8 @@ import sys
 import pytest
 import torch
 
-from bayesflow.engines import ENGINES
 from bayesflow.errors import MissingDependencyError, StageError
-from bayesflow.spec.methods import ENGINE_SPECS, POSITIVE_TEMPERATURE_ENGINES
+from bayesflow.methods import METHODS
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import NUM_DATA, WARM_AND_COLD, Regression, exact, run
 
@@ -35,10 +34,10 @@ def test_nuts_samples_the_posterior(
 
 def test_nuts_refuses_zero_temperature(regression: Regression) -> None:
     """At T = 0 the target is a point mass: the error says to drop 0 or use map."""
-    assert "nuts" in POSITIVE_TEMPERATURE_ENGINES
-    spec = ENGINE_SPECS["nuts"].model_validate({"engine": "nuts"})
+    assert METHODS.get("nuts").traits.positive_temperature
+    spec = METHODS.get("nuts").spec.model_validate({"engine": "nuts"})
     with pytest.raises(StageError, match="T = 0.*drop 0 from `temperatures`.*`map`"):
-        ENGINES.get("nuts")(regression[0], Tempering(0.0, NUM_DATA), spec)
+        METHODS.get("nuts").builder()(regression[0], Tempering(0.0, NUM_DATA), spec)
 
 
 def test_nuts_without_pyro_names_the_extra(
@@ -47,9 +46,9 @@ def test_nuts_without_pyro_names_the_extra(
     """Without pyro, building the engine says which extra to install."""
     monkeypatch.setitem(sys.modules, "pyro", None)
     monkeypatch.setitem(sys.modules, "pyro.infer", None)
-    spec = ENGINE_SPECS["nuts"].model_validate({"engine": "nuts"})
+    spec = METHODS.get("nuts").spec.model_validate({"engine": "nuts"})
     with pytest.raises(MissingDependencyError, match=r"pip install 'bayesflow-workflows\[nuts\]'"):
-        ENGINES.get("nuts")(regression[0], Tempering(1.0, NUM_DATA), spec)
+        METHODS.get("nuts").builder()(regression[0], Tempering(1.0, NUM_DATA), spec)
 
 
 def test_nuts_leaves_the_global_random_state_alone(regression: Regression) -> None:

@@ -10,11 +10,11 @@ import pydantic
 import pytest
 import torch
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Problem
 from bayesflow.engines.fit import fit
 from bayesflow.engines.optimize import build_schedule
-from bayesflow.spec.methods import ENGINE_SPECS, ScheduleSpec
+from bayesflow.methods import METHODS
+from bayesflow.methods.base import ScheduleSpec
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import NOISE_SD, NUM_DATA, Regression, exact, run
 
@@ -88,10 +88,10 @@ def test_adamw_weight_decay_is_decoupled() -> None:
         init_params=lambda generator: torch.zeros(2),
     )
     optimizer = {"name": "adamw", "lr": 0.1, "weight_decay": 0.5}
-    spec = ENGINE_SPECS["mle"].model_validate(
+    spec = METHODS.get("mle").spec.model_validate(
         {"engine": "mle", "epochs": 7, "batch_size": None, "optimizer": optimizer}
     )
-    engine = ENGINES.get("mle")(problem, Tempering(1.0, 4), spec)
+    engine = METHODS.get("mle").builder()(problem, Tempering(1.0, 4), spec)
     start = torch.tensor([1.0, -2.0], dtype=torch.float64)
     data = (torch.zeros(4, 1), torch.zeros(4))
     result = fit(engine, start, *data, torch.Generator())
@@ -116,6 +116,6 @@ def test_schedules_start_at_lr_and_end_at_the_final_fraction(kind: str) -> None:
 def test_momentum_with_adam_is_a_spec_error() -> None:
     """torchopt's adam has no momentum: asking for one is an error, not silently ignored."""
     with pytest.raises(pydantic.ValidationError, match="momentum applies to sgd only"):
-        ENGINE_SPECS["map"].model_validate(
+        METHODS.get("map").spec.model_validate(
             {"engine": "map", "optimizer": {"name": "adam", "momentum": 0.9}}
         )

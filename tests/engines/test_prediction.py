@@ -10,14 +10,17 @@ from torch.func import vmap
 
 from bayesflow.engines.base import Posterior, Problem, linearized_outputs
 from bayesflow.likelihoods import categorical
+from bayesflow.methods import METHODS
+from bayesflow.methods.ekf import EKFBase
+from bayesflow.methods.laplace import LaplaceBase
+from bayesflow.methods.vi import VIBase
 from bayesflow.models import linear, mlp
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
-from bayesflow.spec.methods import ENGINE_SPECS, EKFBase, LaplaceBase, VIBase
 from tests.engines.helpers import Regression, exact
 
 GAUSSIAN_SPECS = (LaplaceBase, VIBase, EKFBase)
-GAUSSIAN_ENGINES = [name for name in ENGINE_SPECS if name.startswith(("laplace", "vi_", "ekf"))]
+GAUSSIAN_ENGINES = [method.name for method in METHODS if method.traits.posterior == "gaussian"]
 
 
 def sampled_outputs(
@@ -85,7 +88,7 @@ def test_linearized_needs_a_gaussian_posterior(regression: Regression) -> None:
 @pytest.mark.parametrize("name", GAUSSIAN_ENGINES)
 def test_prediction_option(name: str) -> None:
     """Laplace, VI and EKF specs take ``prediction: sampled | linearized`` (sampled default)."""
-    spec = ENGINE_SPECS[name]
+    spec = METHODS.get(name).spec
     default = spec.model_validate({"engine": name})
     chosen = spec.model_validate({"engine": name, "prediction": "linearized"})
     assert isinstance(default, GAUSSIAN_SPECS) and isinstance(chosen, GAUSSIAN_SPECS)
@@ -98,7 +101,7 @@ def test_every_spec_field_is_described() -> None:
     """Every field of every engine's spec has a description (``bayesflow schema`` shows it)."""
     missing = [
         f"{name}.{field}"
-        for name, spec in ENGINE_SPECS.items()
+        for name, spec in ((m.name, m.spec) for m in METHODS)
         for field, info in spec.model_fields.items()
         if not info.description
     ]

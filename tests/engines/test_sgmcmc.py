@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.fit import fit
 from bayesflow.engines.sgmcmc import build_step_size
-from bayesflow.spec.methods import ENGINE_SPECS, SamplerScheduleSpec
+from bayesflow.methods import METHODS
+from bayesflow.methods.base import SamplerScheduleSpec
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import (
     NUM_DATA,
@@ -73,8 +73,8 @@ def test_momenta_have_the_kinetic_temperature(name: str) -> None:
     """The state exposes momenta (K, d) whose mean square is 𝒯 = T / N at stationarity."""
     temperature = 0.25
     config = {**CONFIGS.get(name, {"lr": 0.05, "alpha": 2.0}), "chains": 512, "epochs": 1}
-    spec = ENGINE_SPECS[name].model_validate({"engine": name, **config})
-    engine = ENGINES.get(name)(standard_gaussian(), Tempering(temperature, 1), spec)
+    spec = METHODS.get(name).spec.model_validate({"engine": name, **config})
+    engine = METHODS.get(name).builder()(standard_gaussian(), Tempering(temperature, 1), spec)
     state = engine.init(torch.zeros(1), torch.Generator().manual_seed(0))
     batch = (torch.zeros(1, 1), torch.zeros(1))
     for _ in range(200):
@@ -184,9 +184,9 @@ def test_negative_noise_variance_is_refused(
     name: str, config: dict[str, Any], regression: Regression
 ) -> None:
     """A β too large for the step size would need a negative noise variance."""
-    spec = ENGINE_SPECS[name].model_validate({"engine": name, **config})
+    spec = METHODS.get(name).spec.model_validate({"engine": name, **config})
     with pytest.raises(ValueError, match="noise variance .* is negative"):
-        ENGINES.get(name)(regression[0], Tempering(1.0, NUM_DATA), spec)
+        METHODS.get(name).builder()(regression[0], Tempering(1.0, NUM_DATA), spec)
 
 
 def test_deep_ensemble_starts_where_parallel_sghmc_does(regression: Regression) -> None:
@@ -198,7 +198,7 @@ def test_deep_ensemble_starts_where_parallel_sghmc_does(regression: Regression) 
         "sghmc": {"engine": "sghmc", "chains": 5},
     }
     ensemble, sghmc = (
-        ENGINES.get(name)(problem, tempering, ENGINE_SPECS[name].model_validate(values))
+        METHODS.get(name).builder()(problem, tempering, METHODS.get(name).spec.model_validate(values))
         for name, values in specs.items()
     )
     start = torch.zeros(3, dtype=torch.float64)
@@ -242,7 +242,7 @@ def test_deep_ensemble_members_are_independent_fits(regression: Regression) -> N
     """Each member follows exactly the path ``map`` takes from the member's start."""
     problem = regression[0]
     optimizer = {"name": "adam", "lr": 0.05, "schedule": {"kind": "cosine"}}
-    spec = ENGINE_SPECS["deep_ensemble"].model_validate(
+    spec = METHODS.get("deep_ensemble").spec.model_validate(
         {
             "engine": "deep_ensemble",
             "members": 3,
@@ -251,7 +251,7 @@ def test_deep_ensemble_members_are_independent_fits(regression: Regression) -> N
             "optimizer": optimizer,
         }
     )
-    engine = ENGINES.get("deep_ensemble")(problem, Tempering(1.0, NUM_DATA), spec)
+    engine = METHODS.get("deep_ensemble").builder()(problem, Tempering(1.0, NUM_DATA), spec)
     generator = torch.Generator().manual_seed(1)
     start = problem.init_params(torch.Generator().manual_seed(2))
     result = fit(engine, start, regression[1], regression[2], generator)

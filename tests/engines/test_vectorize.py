@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.fit import fit
-from bayesflow.spec.methods import ENGINE_SPECS
+from bayesflow.methods import METHODS
 from bayesflow.temperature import ChainTempering, Tempering
 from tests.engines.helpers import NUM_DATA, Regression, standard_gaussian
 
@@ -25,7 +24,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def spec(name: str, **config: Any) -> Any:
-    return ENGINE_SPECS[name].model_validate({"engine": name, **CONFIGS[name], **config})
+    return METHODS.get(name).spec.model_validate({"engine": name, **CONFIGS[name], **config})
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
@@ -34,7 +33,7 @@ def test_grid_chains_have_their_own_root_temperature(name: str) -> None:
     temperatures, per_cell = (1.0, 0.25), 256
     tempering = ChainTempering(tuple(t for t in temperatures for _ in range(per_cell)), 1)
     config = spec(name, epochs=300, burn_in=100, chains=per_cell)
-    engine = ENGINES.get(name)(standard_gaussian(), tempering, config)
+    engine = METHODS.get(name).builder()(standard_gaussian(), tempering, config)
     starts = torch.zeros(2 * per_cell, 1)
     batch = (torch.zeros(1, 1), torch.zeros(1))
     result = fit(engine, starts, *batch, torch.Generator().manual_seed(0))
@@ -61,7 +60,7 @@ def test_one_temperature_per_chain_equals_the_scalar_engine(
         Tempering(0.3, NUM_DATA, convention),  # type: ignore[arg-type]
         ChainTempering((0.3, 0.3, 0.3), NUM_DATA, convention),  # type: ignore[arg-type]
     ):
-        engine = ENGINES.get(name)(problem, tempering, config)
+        engine = METHODS.get(name).builder()(problem, tempering, config)
         generator = torch.Generator().manual_seed(1)
         posteriors.append(fit(engine, start, inputs, targets, generator).posterior.samples)
     torch.testing.assert_close(posteriors[1], posteriors[0])
@@ -74,10 +73,10 @@ def test_likelihood_convention_weights_each_chain_prior(regression: Regression) 
     config = spec("sgld", lr=0.3, epochs=60, keep="last", chains=1)
     start = torch.zeros(problem.dimension, dtype=torch.float64)
     grid = ChainTempering((0.0, 0.0), NUM_DATA, "likelihood")
-    engine = ENGINES.get("sgld")(problem, grid, config)
+    engine = METHODS.get("sgld").builder()(problem, grid, config)
     generator = torch.Generator().manual_seed(0)
     together = fit(engine, start.expand(2, -1), inputs, targets, generator).posterior.samples
-    alone = ENGINES.get("sgld")(problem, Tempering(0.0, NUM_DATA, "likelihood"), config)
+    alone = METHODS.get("sgld").builder()(problem, Tempering(0.0, NUM_DATA, "likelihood"), config)
     single = fit(alone, start, inputs, targets, torch.Generator().manual_seed(0)).posterior.samples
     assert together is not None and single is not None
     torch.testing.assert_close(together, single.expand(2, -1))
@@ -86,7 +85,7 @@ def test_likelihood_convention_weights_each_chain_prior(regression: Regression) 
 def test_starting_points_must_match_the_chains(regression: Regression) -> None:
     """Starting points (K, d) for a K-chain grid; another K is refused with both shapes."""
     problem = regression[0]
-    engine = ENGINES.get("sghmc")(problem, ChainTempering((0.1, 1.0), NUM_DATA), spec("sghmc"))
+    engine = METHODS.get("sghmc").builder()(problem, ChainTempering((0.1, 1.0), NUM_DATA), spec("sghmc"))
     starts = torch.zeros(3, problem.dimension, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"one per chain \(2, 3\), got \(3, 3\)"):
         engine.init(starts, torch.Generator().manual_seed(0))
@@ -95,11 +94,11 @@ def test_starting_points_must_match_the_chains(regression: Regression) -> None:
 def test_aux_has_a_loss_per_chain(regression: Regression) -> None:
     """Per-chain engines add ``chain_loss`` (K,) to the aux; scalar engines do not."""
     problem, inputs, targets = regression
-    grid = ENGINES.get("sghmc")(problem, ChainTempering((0.1, 1.0), NUM_DATA), spec("sghmc"))
+    grid = METHODS.get("sghmc").builder()(problem, ChainTempering((0.1, 1.0), NUM_DATA), spec("sghmc"))
     state = grid.init(torch.zeros(problem.dimension, dtype=torch.float64), torch.Generator())
     _, aux = grid.update(state, (inputs, targets))
     assert aux["chain_loss"].shape == (2,)
     torch.testing.assert_close(aux["chain_loss"].mean(), aux["loss"])
-    scalar = ENGINES.get("sghmc")(problem, Tempering(0.1, NUM_DATA), spec("sghmc"))
+    scalar = METHODS.get("sghmc").builder()(problem, Tempering(0.1, NUM_DATA), spec("sghmc"))
     _, aux = scalar.update(scalar.init(state.params[0], torch.Generator()), (inputs, targets))
     assert "chain_loss" not in aux

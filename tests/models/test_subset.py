@@ -9,15 +9,15 @@ import pytest
 import torch
 from torch.func import vmap
 
-from bayesflow.engines import ENGINES
 from bayesflow.engines.base import Posterior, Problem
 from bayesflow.engines.fit import fit
 from bayesflow.errors import SpecError
 from bayesflow.likelihoods import categorical
+from bayesflow.methods import METHODS
+from bayesflow.methods.laplace import LaplaceSpec
 from bayesflow.models import mlp
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
-from bayesflow.spec.methods import LaplaceSpec
 from bayesflow.subset import restrict_problem
 from bayesflow.temperature import Tempering
 
@@ -119,14 +119,14 @@ def test_last_layer_laplace_has_no_variance_outside_the_last_layer(
     tempering = Tempering(0.5, NUM_DATA)
     generator = torch.Generator().manual_seed(0)
     subproblem, embed = restrict_problem(problem, full_params, ["2.*"])
-    engine = ENGINES.get("laplace_diag_ggn")(subproblem, tempering, config)
+    engine = METHODS.get("laplace_diag_ggn").builder()(subproblem, tempering, config)
     posterior = embed(fit(engine, embed.restrict(full_params), *data, generator).posterior)
     assert posterior.mean is not None and posterior.var is not None
     torch.testing.assert_close(posterior.mean, full_params)
     assert torch.all(posterior.var[:-LAST_LAYER] == 0)
     assert torch.all(posterior.var[-LAST_LAYER:] > 0)
     # A diagonal GGN's last-layer block does not depend on the other layers being inferred.
-    engine = ENGINES.get("laplace_diag_ggn")(problem, tempering, config)
+    engine = METHODS.get("laplace_diag_ggn").builder()(problem, tempering, config)
     full = fit(engine, full_params, *data, torch.Generator().manual_seed(0)).posterior
     assert full.var is not None
     torch.testing.assert_close(posterior.var[-LAST_LAYER:], full.var[-LAST_LAYER:])

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from bayesflow.errors import SpecError
-from bayesflow.spec import ENGINE_SPECS, load_spec
+from bayesflow.methods import METHODS
+from bayesflow.spec import load_spec
 from tests.conftest import TINY_SPEC, write
 
 
@@ -56,7 +57,7 @@ def test_nested_wrong_value_names_the_key_path(tmp_path: Path) -> None:
 def test_unknown_engine_suggests_the_closest(tmp_path: Path) -> None:
     """A misspelt engine name gets a suggestion and the list of engines."""
     path = write(tmp_path, TINY_SPEC.replace("engine: sghmc", "engine: sghcm"))
-    engines = ", ".join(ENGINE_SPECS)
+    engines = ", ".join(METHODS.names())
     assert problems(path) == [
         (f"{path}:25:5: methods.sghmc.engine: unknown engine 'sghcm'; did you mean 'sghmc'? "
         f"(expected one of: {engines})")
@@ -79,7 +80,7 @@ def test_laplace_needs_a_source(tmp_path: Path) -> None:
     """A Laplace method without `from` says what to add."""
     path = write(tmp_path, TINY_SPEC.replace("    from: map\n", ""))
     assert problems(path) == [
-        (f"{path}:21:3: methods.laplace: a Laplace method needs "
+        (f"{path}:21:3: methods.laplace: a laplace_diag_ggn method needs "
         "`from: <a map or mle method>`; add it")
     ]
 

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bayesflow.errors import SpecError
-from bayesflow.spec import ENGINE_SPECS, load_spec
+from bayesflow.methods import METHODS
+from bayesflow.spec import load_spec
 from tests.conftest import TINY_SPEC
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
@@ -75,7 +76,7 @@ def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
         elif action == "swap" and isinstance(spec.get("methods"), dict) and spec["methods"]:
             method = draw(st.sampled_from(sorted(map(str, spec["methods"]))))
             if isinstance(spec["methods"].get(method), dict):
-                names = [*ENGINE_SPECS, "mlp", "csv", "gaussian", "none"]
+                names = [*METHODS.names(), "mlp", "csv", "gaussian", "none"]
                 spec["methods"][method]["engine"] = draw(st.sampled_from(names))
     return spec
 

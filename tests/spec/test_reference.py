@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bayesflow.spec import ENGINE_SPECS, WorkflowSpec
+from bayesflow.methods import METHODS
+from bayesflow.spec import WorkflowSpec
 from bayesflow.spec.catalog import KINDS, entries, render_type
 from bayesflow.spec.models import ExecutionSpec
 from bayesflow.spec.reference import markdown_reference
@@ -41,7 +42,7 @@ def test_every_spec_model_has_a_docstring() -> None:
 def test_engine_listing_covers_every_engine() -> None:
     """`bayesflow engines` lists exactly the engines a spec accepts."""
     listed = [name for entry in entries("engines") for name in entry.names]
-    assert sorted(listed) == sorted(ENGINE_SPECS)
+    assert sorted(listed) == METHODS.names()
 
 
 def test_docs_spec_md_is_generated_from_the_models() -> None:

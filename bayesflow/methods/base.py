@@ -1,0 +1,235 @@
+"""What every method shares: its traits, its descriptor and the common spec fields.
+
+This module is torch-free, like every module of :mod:`bayesflow.methods` at import time:
+the spec layer reads the spec classes and traits from here and from the method modules
+without loading torch. See ``docs/design.md`` ("Methods describe themselves").
+
+A method module declares ``METHODS``, a tuple of :class:`Method`: the name a spec gives
+as ``engine:``, the pydantic spec class of its settings, its :class:`Traits` (what the
+planner, the spec checks and the report need to know about it) and its ``build``
+function (``build(problem, tempering, config) -> Engine``, torch imported inside).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from bayesflow.spec.strict import Strict
+
+__all__ = [
+    "PREDICTION_DESCRIPTION",
+    "Method",
+    "MethodBase",
+    "OptimizerSpec",
+    "Prediction",
+    "SamplerBase",
+    "SamplerScheduleSpec",
+    "ScheduleSpec",
+    "Strict",
+    "Traits",
+]
+
+Task = Literal["classification", "regression", "energy"]
+ALL_TASKS: frozenset[str] = frozenset({"classification", "regression", "energy"})
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a method says about itself, read by the planner, the spec checks and the report.
+
+    Attributes:
+        shares_temperature: when one fit serves every temperature of the grid: ``never``;
+            ``always`` (the fit ignores T, e.g. maximum likelihood); ``posterior`` (the
+            fit is the mode of ``p(θ|D)^(1/T)``, which does not move with T when the
+            likelihood and the prior are tempered together: MAP, deep ensembles).
+        provides_mode: its fit is a mode another method may start ``from``.
+        needs_mode: it must start ``from`` a method that provides a mode (Laplace).
+        curvature: the name of a curvature pass at the mode that does not depend on T
+            and is shared by every temperature (each temperature only rescales it);
+            None when the method has none.
+        vectorizes: the axes its fits can run along in one batched program:
+            ``chains`` (K chains or members at once), ``temperatures`` and ``seeds`` (a
+            whole grid as one ``fit_group`` stage, ``execution.vectorize``).
+        positive_temperature: it cannot run at T = 0 (a sampler of exp(−U/T) with no
+            optimisation limit).
+        posterior: ``samples``, ``gaussian`` (mean with var or cov) or ``point``.
+        tasks: the likelihood tasks it applies to.
+        diagnostics: the sampler diagnostics that apply: ``kinetic_temperature``,
+            ``configurational_temperature``, ``convergence`` (split R-hat and ESS).
+        uses_prior: False when the method ignores the spec's prior (maximum likelihood).
+        prediction_fields: settings that change how the posterior predicts but not the
+            fit (left out of the curvature key, so two methods differing only there share
+            one curvature pass).
+    """
+
+    shares_temperature: Literal["never", "always", "posterior"] = "never"
+    provides_mode: bool = False
+    needs_mode: bool = False
+    curvature: str | None = None
+    vectorizes: frozenset[str] = frozenset()
+    positive_temperature: bool = False
+    posterior: Literal["samples", "gaussian", "point"] = "samples"
+    tasks: frozenset[str] = ALL_TASKS
+    diagnostics: frozenset[str] = frozenset()
+    uses_prior: bool = True
+    prediction_fields: frozenset[str] = frozenset({"prediction"})
+
+    def shared_across_temperatures(self, convention: str) -> bool:
+        """Whether one fit serves every temperature under a temperature ``convention``."""
+        if self.shares_temperature == "always":
+            return True
+        return self.shares_temperature == "posterior" and convention == "posterior"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One inference method: the ``engine:`` name, its spec class, traits and builder.
+
+    Attributes:
+        name: the name a spec gives as ``engine:``.
+        spec: the pydantic model of its settings (its ``engine`` field is a Literal that
+            holds ``name``).
+        traits: what the rest of bayesflow needs to know about it.
+        build: ``build(problem, tempering, config) -> Engine``, or the dotted path
+            ``"package.module:function"`` of one, imported when first used.
+        label: how figures and tables name it (default: the name).
+    """
+
+    name: str
+    spec: type[Strict]
+    traits: Traits
+    build: Callable[..., Any] | str
+    label: str = ""
+    module: str = field(default="", compare=False)
+
+    @property
+    def summary(self) -> str:
+        """The first line of the spec class's docstring."""
+        return (inspect.getdoc(self.spec) or "").split("\n")[0]
+
+    @property
+    def display_name(self) -> str:
+        """The label used in figures and tables."""
+        return self.label or self.name
+
+    def builder(self) -> Callable[..., Any]:
+        """The ``build`` function (imports its module when given as a dotted path)."""
+        if callable(self.build):
+            return self.build
+        module, _, function = self.build.partition(":")
+        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ shared spec fields
+
+
+class ScheduleSpec(Strict):
+    """A learning-rate schedule over update steps."""
+
+    kind: Literal["constant", "cosine", "linear", "exponential"] = Field(
+        "constant", description="Shape of the schedule."
+    )
+    final_fraction: float = Field(
+        0.01, ge=0, le=1, description="Final learning rate as a fraction of the initial one."
+    )
+
+
+class OptimizerSpec(Strict):
+    """A torchopt optimiser."""
+
+    name: Literal["sgd", "adam", "adamw"] = Field("adam", description="torchopt optimiser.")
+    lr: PositiveFloat = Field(1e-3, description="Learning rate.")
+    momentum: float = Field(0.0, ge=0, lt=1, description="Momentum (sgd only).")
+    weight_decay: float = Field(
+        0.0, ge=0, description="Decoupled weight decay (adamw) or L2 (sgd, adam)."
+    )
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="Learning-rate schedule.")
+
+    @model_validator(mode="after")
+    def _momentum_is_for_sgd(self) -> OptimizerSpec:
+        # torchopt's adam and adamw have no momentum argument: it would be ignored silently.
+        if self.momentum > 0 and self.name != "sgd":
+            raise ValueError(
+                f"momentum applies to sgd only, got momentum {self.momentum} with {self.name} "
+                "(whose first-moment decay plays that role); remove momentum or use name: sgd"
+            )
+        return self
+
+
+class MethodBase(Strict):
+    """Fields shared by every method."""
+
+    from_: str | None = Field(
+        None,
+        alias="from",
+        description="Name of another method whose fitted posterior this one starts from "
+        "(Laplace needs a MAP or MLE method).",
+    )
+    parameters: list[str] | None = Field(
+        None,
+        description="Glob patterns of parameter tensor names to infer (e.g. `['2.*']` for "
+        "the last layer of an MLP); the others stay at the `from` method's values. "
+        "Null infers every parameter.",
+    )
+
+
+
+Prediction = Literal["sampled", "linearized"]
+PREDICTION_DESCRIPTION = (
+    "How the evaluate stage forms the predictive: `sampled` pushes parameter samples "
+    "through the network; `linearized` pushes them through the network linearised "
+    "around the mean (the GLM predictive of Immer et al., 2021)."
+)
+
+
+class SamplerScheduleSpec(Strict):
+    """A step-size schedule of an SG-MCMC sampler over its update steps."""
+
+    kind: Literal["constant", "decaying", "cyclical"] = Field(
+        "constant",
+        description="`constant`: ε; `decaying`: ε·(1 + t/decay_steps)^(−power) (Welling & "
+        "Teh, 2011); `cyclical`: `cycles` cosine cycles from ε down to 0 (Zhang et al., 2020).",
+    )
+    decay_steps: PositiveFloat = Field(
+        1000.0, description="`decaying`: update steps over which the step size halves at power 1."
+    )
+    power: float = Field(
+        0.55,
+        gt=0,
+        le=1,
+        description="`decaying`: the exponent; Welling & Teh (2011) need 0.5 < power ≤ 1 for "
+        "the decreasing-step-size convergence guarantee.",
+    )
+    cycles: PositiveInt = Field(4, description="`cyclical`: number of cosine cycles over the run.")
+    exploration: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="`cyclical`: fraction of each cycle run without injected noise and "
+        "without keeping samples (the exploration stage of Zhang et al., 2020).",
+    )
+
+
+class SamplerBase(MethodBase):
+    """Fields shared by the SG-MCMC samplers."""
+
+    lr: PositiveFloat = Field(1e-2, description="Step size ε (the largest one under a schedule).")
+    schedule: SamplerScheduleSpec = Field(
+        default_factory=SamplerScheduleSpec, description="Step-size schedule."
+    )
+    epochs: PositiveInt = Field(100, description="Passes over the training data.")
+    batch_size: PositiveInt | None = Field(128, description="Minibatch size; null for full batch.")
+    burn_in: int = Field(0, ge=0, description="Update steps discarded before collecting.")
+    thin: PositiveInt = Field(1, description="Keep one sample every `thin` steps after burn-in.")
+    chains: PositiveInt = Field(1, description="Number of chains run at once (vectorised).")
+    keep: Literal["all", "last"] = Field(
+        "all",
+        description="Keep every thinned sample of each chain, or only each chain's last "
+        "(with sghmc: parallel SGHMC, the Bayesian deep ensemble).",
+    )
