@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bayesflow.dag.cache import Cache
-from bayesflow.dag.execute import Hook, Outcome, execute, stage_status
 from bayesflow.dag.plan import Plan, plan_workflow
+from bayesflow.dag.scheduler import Hook, Outcome, execute, stage_status
 from bayesflow.data import Dataset, load_dataset
 from bayesflow.errors import TrackingError
 from bayesflow.spec.load import LoadedSpec, load_spec
@@ -143,7 +143,7 @@ def run(
     backend = _backend(loaded, runner)
     try:
         outcome = execute(
-            the_plan, runner, cache, [tracking, *hooks], keep_going=going, force=force, backend=backend
+            the_plan, runner, cache, [tracking, *hooks], executor=backend, keep_going=going, force=force
         )
     except KeyboardInterrupt:
         _end_own_runs(tracker, experiment, "KILLED")
@@ -177,17 +177,10 @@ def _end_own_runs(tracker: Any, experiment: str, status: str) -> None:
 
 
 def _backend(loaded: LoadedSpec, runner: Any) -> Any:
-    """The concurrent backend the spec asks for, or None to run stages one by one."""
-    execution = loaded.spec.execution
-    if execution.executor == "ray":
-        from bayesflow.dag.schedule import RayBackend
+    """The executor the spec's ``execution`` section asks for (inline, processes or Ray)."""
+    from bayesflow.dag.executors import make_executor
 
-        return RayBackend(runner, execution.address, execution.resources, execution.workers)
-    if execution.workers > 1:
-        from bayesflow.dag.schedule import ProcessBackend
-
-        return ProcessBackend(runner, execution.workers)
-    return None
+    return make_executor(loaded.spec.execution, runner)
 
 
 def _process_tags() -> dict[str, str]:

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from bayesflow.cli import app
 from bayesflow.dag.cache import Cache, Entry
-from bayesflow.dag.execute import execute
 from bayesflow.dag.plan import Stage
+from bayesflow.dag.scheduler import execute
 from bayesflow.spec import WorkflowSpec, load_spec
 from bayesflow.spec.catalog import KINDS, entries, plot_entries
 from bayesflow.spec.reference import markdown_reference
