@@ -120,7 +120,7 @@ def laplace_grid(settings: Settings) -> dict[str, Any]:
 
 def vectorize_supported() -> bool:
     """Whether specs can ask for vectorised grids (per-chain temperatures and seeds)."""
-    from bayesflow.spec.models import ExecutionSpec
+    from bayesflow.spec.settings import ExecutionSpec
 
     return "vectorize" in ExecutionSpec.model_fields
 

@@ -22,7 +22,8 @@ from pydantic.fields import FieldInfo
 
 from bayesflow.spec.errors import union_members
 from bayesflow.spec.methods import MethodSpec
-from bayesflow.spec.models import PLOTS, DataSpec, LikelihoodSpec, ModelSpec, PriorSpec
+from bayesflow.spec.blocks import DataSpec, LikelihoodSpec, ModelSpec, PriorSpec
+from bayesflow.spec.settings import PLOTS
 
 __all__ = [
     "KINDS", "Entry", "Parameter", "entries", "parameters", "plot_entries", "render_default",

@@ -23,7 +23,8 @@ from bayesflow.spec.checks import check_data
 from bayesflow.spec.errors import format_cross_problems, format_validation_error, nearest_location
 from bayesflow.spec.interpolation import create_config, resolve_config
 from bayesflow.spec.locations import Located, Location, YamlProblem, parse_yaml
-from bayesflow.spec.models import WorkflowSpec, cross_check
+from bayesflow.spec.models import WorkflowSpec
+from bayesflow.spec.relations import cross_check
 from bayesflow.spec.overrides import apply_overrides
 
 __all__ = ["MAX_SPEC_BYTES", "LoadedSpec", "load_spec"]

@@ -117,7 +117,7 @@ def test_registry_matches_the_spec() -> None:
     """Every model a spec can name is registered, and every registered model can be named."""
     from typing import get_args
 
-    from bayesflow.spec.models import ModelSpec
+    from bayesflow.spec.blocks import ModelSpec
 
     union = get_args(ModelSpec)[0]
     named = {get_args(spec.model_fields["name"].annotation)[0] for spec in get_args(union)}

@@ -130,7 +130,7 @@ def test_registry_matches_the_spec() -> None:
     """Every prior a spec can name is registered, and every registered prior can be named."""
     from typing import get_args
 
-    from bayesflow.spec.models import PriorSpec
+    from bayesflow.spec.blocks import PriorSpec
 
     union = get_args(PriorSpec)[0]
     named = {get_args(spec.model_fields["name"].annotation)[0] for spec in get_args(union)}

@@ -136,7 +136,7 @@ def test_spec_accepts_extra_keys_for_python_only() -> None:
     """`python` models keep their extra keys; built-ins still forbid unknown keys."""
     from pydantic import TypeAdapter, ValidationError
 
-    from bayesflow.spec.models import ModelSpec
+    from bayesflow.spec.blocks import ModelSpec
 
     adapter = TypeAdapter(ModelSpec)
     spec = adapter.validate_python({"name": "python", "python": "pkg.mod:make", "width": 8})
@@ -159,7 +159,7 @@ def test_spec_checks_the_python_target(model: dict, message: str) -> None:
     """A malformed target or a reserved key is a spec error."""
     from pydantic import TypeAdapter, ValidationError
 
-    from bayesflow.spec.models import ModelSpec
+    from bayesflow.spec.blocks import ModelSpec
 
     with pytest.raises(ValidationError, match=message):
         TypeAdapter(ModelSpec).validate_python(model)

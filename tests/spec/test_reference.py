@@ -8,7 +8,7 @@ from typing import Any
 from bayesflow.methods import METHODS
 from bayesflow.spec import WorkflowSpec
 from bayesflow.spec.catalog import KINDS, entries, render_type
-from bayesflow.spec.models import ExecutionSpec
+from bayesflow.spec.settings import ExecutionSpec
 from bayesflow.spec.reference import markdown_reference
 
 DOCS = Path(__file__).parents[2] / "docs" / "spec.md"

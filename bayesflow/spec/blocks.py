@@ -1,0 +1,375 @@
+"""The building blocks a spec names (torch-free): data, model, likelihood and prior.
+
+Each block is a discriminated union on ``name``, so every member has its own fields,
+defaults and descriptions; the registries of :mod:`bayesflow.data`, :mod:`bayesflow.models`,
+:mod:`bayesflow.likelihoods` and :mod:`bayesflow.priors` build them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from bayesflow.spec.strict import Strict
+
+__all__ = ["DataSpec", "ImdbSpec", "LikelihoodSpec", "ModelSpec", "PriorSpec"]
+
+# ----------------------------------------------------------------------------- data
+
+
+class SklearnDigitsSpec(Strict):
+    """scikit-learn's 8×8 digits (1,797 images, 10 classes), shipped with scikit-learn."""
+
+    name: Literal["sklearn_digits"] = Field(description="Registry name of the dataset.")
+    test_fraction: float = Field(0.5, gt=0, lt=1, description="Share of points held out for testing.")
+    split_seed: int = Field(0, description="Seed of the stratified train/test split.")
+    standardize: bool = Field(True, description="Scale pixel values to [0, 1].")
+    episodes: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="Episodes of data that arrive in sequence for `continual` methods; 0 "
+        "means none. See `episode_kind`.",
+    )
+    episode_kind: Literal["permuted", "classes"] = Field(
+        "permuted",
+        description="`permuted`: episode k shows every image with its pixels in a fixed "
+        "random order of its own (episode 0 unpermuted), the same ten classes each time "
+        "(domain-incremental, as permuted MNIST); `classes`: the digits split into tasks of "
+        "consecutive classes ({0,1}, {2,3}, ... for 5; class-incremental).",
+    )
+    holdout_classes: list[int] = Field(
+        [],
+        description="Digits removed from training and testing; their images become the "
+        "out-of-distribution inputs of the evaluation (OOD AUROC of total and epistemic "
+        "uncertainty).",
+    )
+
+    @field_validator("holdout_classes")
+    @classmethod
+    def _known_digits(cls, classes: list[int]) -> list[int]:
+        unknown = sorted({c for c in classes if not 0 <= c <= 9})
+        if unknown:
+            raise ValueError(f"holdout_classes must be digits 0-9; got {unknown}")
+        if len(set(classes)) > 8:
+            raise ValueError("holdout_classes must leave at least two classes to train on")
+        return classes
+
+
+class CsvSpec(Strict):
+    """A CSV file with a header row: numeric feature columns and one target column."""
+
+    name: Literal["csv"] = Field(description="Registry name of the dataset.")
+    path: str = Field(
+        description="Path of the CSV file (relative to the spec file), or `package:NAME` "
+        "for a file shipped with bayesflow (e.g. `package:pima_indians_diabetes.csv`)."
+    )
+    target: str = Field(description="Name of the target column.")
+    test_fraction: float = Field(0.25, gt=0, lt=1, description="Share of rows held out for testing.")
+    split_seed: int = Field(0, description="Seed of the train/test split.")
+    standardize: bool = Field(True, description="Standardise features with training statistics.")
+
+
+class ImdbSpec(Strict):
+    """IMDB movie reviews (Maas et al., 2011) as padded sequences of token ids, labelled 1
+    (positive) or 0 (negative): the data of the cold-posterior CNN-LSTM experiments.
+
+    The vocabulary is built on the training reviews only; a review becomes its last
+    `max_length` word ids (Keras' `pad_sequences` convention, as in Wenzel et al., 2020 and
+    the posteriors IMDB example). Use with `model: {name: cnn_lstm, vocabulary_size:
+    ${data.vocab_size}}` and a `categorical` or `bernoulli` likelihood.
+    """
+
+    name: Literal["imdb"] = Field(description="Registry name of the dataset.")
+    path: str = Field(
+        "package:imdb",
+        description="Folder holding the reviews (relative to the spec file): "
+        "`imdb_train.csv.gz` and `imdb_test.csv.gz` (columns `text`, `label`; `rating`, "
+        "`id` ignored), the `aclImdb` layout (`train/pos/*.txt`, `train/neg/*.txt`, "
+        "`test/...`), or a Hugging Face `DatasetDict` saved with `save_to_disk`. "
+        "`package:imdb` is the subset shipped with bayesflow: 2,000 training and 1,000 test "
+        "reviews, balanced, each cut to its last 1,200 characters.",
+    )
+    source: Literal["auto", "csv", "aclimdb", "huggingface"] = Field(
+        "auto",
+        description="Form of the folder; `auto` detects it. `huggingface` needs the "
+        "`datasets` package and never downloads.",
+    )
+    vocab_size: int = Field(
+        20_000,
+        ge=3,
+        description="Token ids in all: 0 pads, 1 is every word outside the vocabulary, and "
+        "2.. are the vocab_size − 2 most frequent words of the training reviews (20,000 in "
+        "the papers). The model's `vocabulary_size` must be at least this.",
+    )
+    max_length: PositiveInt = Field(
+        100, description="Token ids per review, after truncation and padding (100 in the papers)."
+    )
+    padding: Literal["pre", "post"] = Field(
+        "pre",
+        description="Where a short review is padded with id 0: `pre` before its words "
+        "(Keras' default, so the LSTM ends on words), `post` after them.",
+    )
+    truncating: Literal["pre", "post"] = Field(
+        "pre",
+        description="Which words of a long review are dropped: `pre` its first ones, "
+        "keeping the end (Keras' default, the papers' data), `post` its last ones.",
+    )
+    max_train: PositiveInt | None = Field(
+        None,
+        description="Keep this many training reviews, drawn stratified by label; null keeps "
+        "all. The vocabulary is built on the reviews kept.",
+    )
+    max_test: PositiveInt | None = Field(
+        None, description="Keep this many test reviews, drawn stratified by label; null keeps all."
+    )
+    subset_seed: int = Field(0, description="Seed of the `max_train` and `max_test` draws.")
+
+
+class NoDataSpec(Strict):
+    """No data: one empty pseudo-datum, so that the log posterior is the model's output
+    plus the log prior. With the `energy` likelihood this samples a fixed energy such as
+    the `double_well` model."""
+
+    name: Literal["none"] = Field(description="Registry name of the dataset.")
+
+
+DataSpec = Annotated[
+    Union[SklearnDigitsSpec, CsvSpec, ImdbSpec, NoDataSpec], Field(discriminator="name")
+]
+
+# ---------------------------------------------------------------------------- model
+
+
+class MLPSpec(Strict):
+    """A multi-layer perceptron."""
+
+    name: Literal["mlp"] = Field(description="Registry name of the model.")
+    hidden: list[PositiveInt] = Field([64], description="Widths of the hidden layers.")
+    activation: Literal["relu", "tanh", "gelu"] = Field("relu", description="Hidden activation.")
+
+
+class LinearSpec(Strict):
+    """A linear map from features to outputs (linear regression with `gaussian`)."""
+
+    name: Literal["linear"] = Field(description="Registry name of the model.")
+    bias: bool = Field(True, description="Include an intercept.")
+
+
+class LogisticSpec(Strict):
+    """Logistic regression: one linear output read as a logit (use with `bernoulli`)."""
+
+    name: Literal["logistic"] = Field(description="Registry name of the model.")
+    bias: bool = Field(True, description="Include an intercept.")
+
+
+class CNNSpec(Strict):
+    """A small convolutional network for images given as flat features: conv-ReLU-max-pool
+    blocks and a linear head named `fc`."""
+
+    name: Literal["cnn"] = Field(description="Registry name of the model.")
+    image_shape: list[PositiveInt] | None = Field(
+        None,
+        min_length=3,
+        max_length=3,
+        description="[C, H, W] of one image; each row of features is reshaped to it. Null "
+        "infers one square channel (64 features: 1×8×8 digits; 784: 1×28×28).",
+    )
+    channels: list[PositiveInt] = Field(
+        [16, 32],
+        min_length=1,
+        description="Output channels of each conv-ReLU-max-pool block; each block halves "
+        "the height and width.",
+    )
+    kernel_size: PositiveInt = Field(
+        3, description="Side of every convolution kernel ('same' padding)."
+    )
+
+
+class CNNLSTMSpec(Strict):
+    """The CNN-LSTM text classifier of the cold-posterior IMDB experiments (Wenzel et al.,
+    2020; posteriors' IMDB example): embedding, 1-D conv, ReLU, max-pool, LSTM, linear.
+    Inputs are integer token ids, one padded sequence per example."""
+
+    name: Literal["cnn_lstm"] = Field(description="Registry name of the model.")
+    vocabulary_size: PositiveInt = Field(
+        20_000, description="Number of token ids; inputs must lie in [0, vocabulary_size)."
+    )
+    embedding_size: PositiveInt = Field(128, description="Width of the token embedding.")
+    filters: PositiveInt = Field(64, description="Channels of the 1-D convolution.")
+    kernel_size: PositiveInt = Field(5, description="Width of the convolution ('valid' padding).")
+    pool_size: PositiveInt = Field(4, description="Width and stride of the max-pool.")
+    hidden_size: PositiveInt = Field(128, description="Size of the LSTM's hidden state.")
+
+
+class PythonModelSpec(Strict):
+    """Your own torch module, built by a factory in your code. This runs your code.
+
+    Every key besides `name` and `python` is passed to the factory as a keyword argument.
+    """
+
+    # The one spec model with open keys: they are the factory's own arguments.
+    model_config = ConfigDict(extra="allow")
+
+    name: Literal["python"] = Field(description="Registry name of the model.")
+    python: str = Field(
+        description="`package.module:factory`. bayesflow imports the module (from the working "
+        "directory or the installed packages) and calls `factory(num_features=..., "
+        "num_outputs=..., **the other keys of model)`: this runs your code. The factory "
+        "returns a torch.nn.Module, used through torch.func.functional_call like the "
+        "built-in models. The stage cache does not see edits to your module's source."
+    )
+
+    @field_validator("python")
+    @classmethod
+    def _target(cls, target: str) -> str:
+        module, _, factory = target.partition(":")
+        names = [*module.split("."), *factory.split(".")]
+        if not module or not factory or not all(name.isidentifier() for name in names):
+            raise ValueError(
+                f"expected `package.module:factory` (e.g. `mymodels:make_net`), got {target!r}"
+            )
+        return target
+
+    @model_validator(mode="after")
+    def _reserved_keys(self) -> PythonModelSpec:
+        reserved = sorted({"num_features", "num_outputs"} & set(self.model_extra or {}))
+        if reserved:
+            raise ValueError(
+                f"{', '.join(reserved)} are set from the data and passed to the factory; "
+                "remove them from model"
+            )
+        return self
+
+
+class DoubleWellSpec(Strict):
+    """The two-dimensional double-well log density −b(θ₁² − 1)² − θ₂²/2 as a model whose
+    two parameters are the point θ and whose output is the log density (ignoring the
+    inputs); use with the `energy` likelihood and `none` data. Its modes are (±1, 0)."""
+
+    name: Literal["double_well"] = Field(description="Registry name of the model.")
+    barrier: PositiveFloat = Field(
+        4.0,
+        description="b, the height of the barrier between the modes: at T = 1 a chain "
+        "crosses it at a rate of about exp(−b/T).",
+    )
+    init_sd: PositiveFloat = Field(
+        1.0, description="Standard deviation of the normal the starting points are drawn from."
+    )
+
+
+ModelSpec = Annotated[
+    Union[
+        MLPSpec, LinearSpec, LogisticSpec, CNNSpec, CNNLSTMSpec, PythonModelSpec, DoubleWellSpec
+    ],
+    Field(discriminator="name"),
+]
+
+# ------------------------------------------------------------------------ likelihood
+
+
+class CategoricalSpec(Strict):
+    """Softmax categorical likelihood over the model's outputs (logits)."""
+
+    name: Literal["categorical"] = Field(description="Registry name of the likelihood.")
+
+
+class BernoulliSpec(Strict):
+    """Bernoulli likelihood with the model's single output as logit."""
+
+    name: Literal["bernoulli"] = Field(description="Registry name of the likelihood.")
+
+
+class GaussianSpec(Strict):
+    """Gaussian likelihood with the model's output as mean and a fixed noise sd."""
+
+    name: Literal["gaussian"] = Field(description="Registry name of the likelihood.")
+    noise_sd: PositiveFloat = Field(1.0, description="Standard deviation of the observation noise.")
+
+
+class EnergySpec(Strict):
+    """The model's output is the log density itself (an energy's negative): log p(y|x,θ)
+    is the output, whatever y. For sampling a fixed target such as `double_well` with
+    `none` data; there is no predictive to evaluate."""
+
+    name: Literal["energy"] = Field(description="Registry name of the likelihood.")
+
+
+LikelihoodSpec = Annotated[
+    Union[CategoricalSpec, BernoulliSpec, GaussianSpec, EnergySpec], Field(discriminator="name")
+]
+
+# ----------------------------------------------------------------------------- prior
+
+
+class DiagNormalSpec(Strict):
+    """Normal prior N(0, v) on every parameter, with one variance or one per layer."""
+
+    name: Literal["diag_normal"] = Field(description="Registry name of the prior.")
+    variance: float | dict[str, float] = Field(
+        1.0,
+        description="Prior variance of every parameter, or a mapping from glob patterns of "
+        "parameter tensor names to variances, e.g. {'*.bias': 1.0, '*': 0.1}: the first "
+        "pattern a tensor's name matches gives its variance; every tensor must match one "
+        "and every pattern some tensor. Quote the patterns in YAML (`*` starts an alias).",
+    )
+
+    @field_validator("variance")
+    @classmethod
+    def _positive(cls, variance: float | dict[str, float]) -> float | dict[str, float]:
+        # One check (not PositiveFloat inside the union) so a bad value is one problem.
+        values = variance.values() if isinstance(variance, dict) else [variance]
+        if isinstance(variance, dict) and not variance:
+            raise ValueError("expected a variance or a non-empty mapping of patterns, got {}")
+        bad = [value for value in values if not 0 < value < float("inf")]
+        if bad:
+            raise ValueError(
+                f"expected positive finite variances, got {', '.join(map(str, bad))}"
+            )
+        return variance
+
+
+class HeNormalSpec(Strict):
+    """Normal prior scaled by fan-in (He et al., 2015): variance scale / fan_in for each
+    weight tensor, fan_in being the product of all but its first dimension."""
+
+    name: Literal["he_normal"] = Field(description="Registry name of the prior.")
+    scale: PositiveFloat = Field(
+        2.0,
+        description="Numerator of the variance scale / fan_in: 2 is He's, for ReLU; 1 is LeCun's.",
+    )
+    bias_variance: PositiveFloat = Field(
+        1.0, description="Variance of one-dimensional tensors (biases), which have no fan-in."
+    )
+
+
+class LaplacePriorSpec(Strict):
+    """I.i.d. Laplace prior exp(−|θ|/b)/(2b) on every parameter."""
+
+    name: Literal["laplace"] = Field(description="Registry name of the prior.")
+    scale: PositiveFloat = Field(
+        1.0,
+        description="Scale b (variance 2b²). A Laplace approximation, which needs a prior "
+        "precision and finds no curvature in this prior away from 0, uses 1/(2b²): the "
+        "precision of the normal with the same variance.",
+    )
+
+
+class NoPriorSpec(Strict):
+    """No prior (a flat prior): the log prior is zero."""
+
+    name: Literal["none"] = Field(description="Registry name of the prior.")
+
+
+PriorSpec = Annotated[
+    Union[DiagNormalSpec, HeNormalSpec, LaplacePriorSpec, NoPriorSpec],
+    Field(discriminator="name"),
+]

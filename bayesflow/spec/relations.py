@@ -1,0 +1,139 @@
+"""Checks that span several keys of a spec, run on the raw mapping (torch-free).
+
+They run before the per-field validation has succeeded, so that every problem of a spec
+is reported at once. What a method needs (a mode to start from, a positive temperature)
+comes from its traits (:mod:`bayesflow.methods`), never from its name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bayesflow.methods.registry import METHODS
+
+__all__ = ["cross_check"]
+
+
+def _traits(engine: Any) -> Any:
+    """The traits of the method named ``engine``, or None for an unknown name (reported
+    by the union's own validation)."""
+    return METHODS.get(engine).traits if isinstance(engine, str) and engine in METHODS else None
+
+
+def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
+    """Problems that span several keys, found on the raw mapping: (key path, message).
+
+    Runs on the unvalidated data so that these are reported together with every
+    per-field problem, not only once the rest of the spec is valid.
+    """
+    problems = _vocabulary_problems(data)
+    methods = data.get("methods") if isinstance(data, dict) else None
+    if not isinstance(methods, dict):
+        return problems
+    temperatures = data.get("temperatures")
+    has_zero = isinstance(temperatures, list) and any(
+        isinstance(t, (int, float)) and not isinstance(t, bool) and t == 0 for t in temperatures
+    )
+    dataset = data.get("data") if isinstance(data.get("data"), dict) else {}
+    for name, method in methods.items():
+        if not isinstance(method, dict):
+            continue
+        if method.get("continual") is not None and not dataset.get("episodes"):
+            problems.append((("methods", name, "continual"),
+                "needs data that arrive in episodes; set `data.episodes` (e.g. 5 for "
+                "sklearn_digits)"))
+        source, engine = method.get("from"), method.get("engine")
+        traits = _traits(engine)
+        if has_zero and traits is not None and traits.positive_temperature:
+            problems.append((("methods", name, "engine"),
+                f"{engine} samples exp(-U/T) and needs T > 0, but `temperatures` "
+                "holds 0; drop 0 from the grid or use an optimiser for the T → 0 limit"))
+        if source is not None and source not in methods:
+            problems.append((("methods", name, "from"),
+                f"names {source!r}, which is not a method (methods: {', '.join(methods)})"))
+        if method.get("parameters") is not None and source is None:
+            problems.append((("methods", name, "parameters"),
+                ("inferring a subset of the parameters needs `from: <a method>` whose values "
+                 "fix the others; add it")))
+        if traits is not None and traits.needs_mode:
+            problems.extend(_mode_problems(name, source, methods))
+    problems.extend(_cycles(methods))
+    problems.extend(_reference_problems(data.get("evaluate"), methods))
+    return problems
+
+
+def _mode_providers() -> list[str]:
+    return [method.name for method in METHODS if method.traits.provides_mode]
+
+
+def _mode_problems(
+    name: str, source: Any, methods: dict[str, Any]
+) -> list[tuple[tuple[str, ...], str]]:
+    """A method that expands around a mode must start ``from`` a method that finds one."""
+    providers = " or ".join(_mode_providers())
+    if source is None:
+        return [(("methods", name), f"a {methods[name].get('engine')} method needs "
+                 f"`from: <a {providers} method>`; add it")]
+    origin = methods.get(source)
+    if not isinstance(origin, dict):
+        return []
+    traits = _traits(origin.get("engine"))
+    if traits is None or traits.provides_mode:
+        return []
+    return [(("methods", name, "from"),
+             f"must name a {providers} method, got {source!r} (engine {origin.get('engine')})")]
+
+
+def _reference_problems(
+    evaluate: Any, methods: dict[str, Any]
+) -> list[tuple[tuple[str, ...], str]]:
+    """``evaluate.reference`` must name a method."""
+    reference = evaluate.get("reference") if isinstance(evaluate, dict) else None
+    if reference is None or reference in methods:
+        return []
+    return [(("evaluate", "reference"),
+             f"names {reference!r}, which is not a method (methods: {', '.join(methods)})")]
+
+
+def _vocabulary_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
+    """A ``cnn_lstm`` model must have an embedding row for every token id of ``imdb`` data."""
+    if not isinstance(data, dict):
+        return []
+    dataset, model = data.get("data"), data.get("model")
+    if not isinstance(dataset, dict) or not isinstance(model, dict):
+        return []
+    if dataset.get("name") != "imdb" or model.get("name") != "cnn_lstm":
+        return []
+    ids, rows = dataset.get("vocab_size", 20_000), model.get("vocabulary_size", 20_000)
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in (ids, rows)):
+        return []
+    if rows >= ids:
+        return []
+    message = (
+        f"is {rows}, but the data have {ids} token ids (data.vocab_size); set it to "
+        "`${data.vocab_size}`"
+    )
+    return [(("model", "vocabulary_size"), message)]
+
+
+def _cycles(methods: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """A problem for each `from:` chain that loops back on itself (reported once)."""
+    loops: dict[frozenset[str], tuple[tuple[str, ...], str]] = {}
+    for start in methods:
+        seen = [start]
+        current = _source(methods, start)
+        while current is not None and current in methods:
+            if current in seen:
+                cycle = seen[seen.index(current):]
+                if frozenset(cycle) not in loops:
+                    loop = " -> ".join([*cycle, current])
+                    loops[frozenset(cycle)] = (("methods", cycle[0], "from"), f"`from` forms a cycle: {loop}")
+                break
+            seen.append(current)
+            current = _source(methods, current)
+    return list(loops.values())
+
+
+def _source(methods: dict[str, Any], name: str) -> Any:
+    method = methods.get(name)
+    return method.get("from") if isinstance(method, dict) else None

@@ -1,0 +1,160 @@
+"""The settings of a spec beyond its model (torch-free): evaluation, plots, report,
+tracking and execution."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+)
+
+from bayesflow.spec.strict import Strict
+
+__all__ = ["PLOTS", "EvaluateSpec", "ExecutionSpec", "KSDSpec", "ReportSpec", "TrackingSpec"]
+
+
+PLOTS: tuple[str, ...] = (
+    "nll_vs_temperature",
+    "accuracy_vs_temperature",
+    "ece_vs_temperature",
+    "brier_vs_temperature",
+)
+
+
+class KSDSpec(Strict):
+    """The kernelised Stein discrepancy of each posterior against its tempered target."""
+
+    kernel: Literal["imq", "rbf"] = Field(
+        "imq",
+        description="Base kernel: `imq` (c = 1, β = −1/2; Gorham & Mackey, 2017) or `rbf`.",
+    )
+    bandwidth: PositiveFloat | Literal["median"] = Field(
+        1.0,
+        description="Kernel bandwidth h; a fixed number measures every method with the same "
+        "kernel, `median` takes the median distance between the samples.",
+    )
+    max_samples: PositiveInt = Field(
+        1000,
+        description="Samples the KSD is computed on (O(n²) time): a sample set is thinned "
+        "evenly to this many, a Gaussian posterior is sampled this many times.",
+    )
+
+
+class EvaluateSpec(Strict):
+    """How fitted posteriors are evaluated on the test set."""
+
+    n_samples: PositiveInt = Field(
+        50, description="Posterior samples drawn for the predictive (50 in the posteriors paper)."
+    )
+    ece_bins: PositiveInt = Field(10, description="Confidence bins of the ECE.")
+    ece_binning: Literal["equal_width", "equal_mass"] = Field(
+        "equal_width",
+        description="ECE bins of equal width in confidence (Guo et al., 2017) or holding "
+        "equally many test points.",
+    )
+    coverage_levels: list[float] = Field(
+        [0.5, 0.9, 0.95],
+        description="Regression: central predictive interval levels whose coverage is reported.",
+    )
+    prediction: Literal["sampled", "linearized"] = Field(
+        "sampled",
+        description="Gaussian posteriors (Laplace, VI): predict with sampled parameters, or "
+        "with the model linearised around the mean (the GLM predictive). Sample-based "
+        "posteriors always use their samples.",
+    )
+    prior_predictive: bool = Field(
+        False,
+        description="Add a prior predictive check (Wenzel et al., 2020, Section 5): the class "
+        "probabilities that draws from the prior give the test inputs.",
+    )
+    prior_draws: PositiveInt = Field(100, description="Prior draws of the prior predictive check.")
+    diagnostics: bool = Field(
+        True,
+        description="Samplers: log kinetic and configurational temperature of the final "
+        "state, and split R-hat / ESS across chains.",
+    )
+    ksd: KSDSpec | None = Field(
+        None,
+        description="Log `ksd`, the kernelised Stein discrepancy of each fit's posterior "
+        "samples against the score of the full-batch tempered log posterior (the "
+        "posteriors paper, Table 3), e.g. `{kernel: imq, bandwidth: 1.0}`. Null: off. "
+        "Skipped for fits at T = 0, whose target is a point.",
+    )
+    reference: str | None = Field(
+        None,
+        description="Name of the method whose fit at the same temperature and seed is the "
+        "reference posterior (e.g. a long `nuts` run): every other method's evaluation "
+        "waits for it and logs `reference_mean_error` and `reference_variance_error`. "
+        "Null: none.",
+    )
+
+
+class ReportSpec(Strict):
+    """The notebook report rendered after the fits."""
+
+    enabled: bool = Field(True, description="Render the report.")
+    template: str = Field(
+        "cold_posterior", description="Notebook template under `templates/` (without extension)."
+    )
+    output_dir: str = Field("reports", description="Folder of generated reports.")
+
+
+class TrackingSpec(Strict):
+    """Where runs are tracked."""
+
+    uri: str = Field(
+        "sqlite:///mlflow.db",
+        description="MLflow tracking URI; a relative SQLite path is taken from the "
+        "working directory.",
+    )
+    experiment: str | None = Field(None, description="MLflow experiment; defaults to the workflow name.")
+
+
+class ExecutionSpec(Strict):
+    """How stages are executed."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field("cpu", description="Torch device of the fits.")
+    executor: Literal["local", "ray"] = Field(
+        "local",
+        description="`local`: this machine, with `workers` processes; `ray`: Ray tasks on a "
+        "local Ray instance or the cluster at `address` (extra `bayesflow-workflows[ray]`).",
+    )
+    workers: PositiveInt = Field(
+        1,
+        description="Stages run at once. With more than one, fit and evaluate stages run in "
+        "separate processes (or Ray tasks) while this process alone writes to MLflow.",
+    )
+    address: str | None = Field(
+        None, description="Ray cluster address (e.g. `ray://head:10001`); null starts a local Ray."
+    )
+    resources: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Ray resources per method name or stage kind, e.g. "
+        "`{sghmc: {num_cpus: 2, num_gpus: 1}}`.",
+    )
+    cache_dir: str = Field(
+        ".bayesflow/cache", description="Folder of finished stage outputs (reused by reruns)."
+    )
+    threads: PositiveInt | None = Field(
+        1,
+        description="Torch intra-op CPU threads per worker; null leaves torch's default. "
+        "Small models step fastest on one thread (measured on a busy 2-core machine: "
+        "VI 1.6 ms per step on one thread against 13 ms on two).",
+    )
+    keep_going: bool = Field(
+        True, description="Keep running independent stages after a stage fails."
+    )
+    vectorize: bool = Field(
+        False,
+        description="Run the temperature × seed grid of each SG-MCMC method (engines `sgld`, "
+        "`sghmc`, `sgnht`, `baoa`) as one batched program: every cell's chains in one "
+        "vmapped engine, each chain at its own temperature, so a grid on a small model costs "
+        "about one fit. Each cell still gets its own fit stage, MLflow run (param "
+        "`vectorized: true`) and evaluation. Its chains start where the one-by-one fit's do "
+        "(the cell's seed); the noise and the minibatch order come from one stream shared by "
+        "the grid, so results equal the one-by-one fits in distribution, not bit for bit. "
+        "Methods with `from` or `parameters` are fitted one by one.",
+    )
