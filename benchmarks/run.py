@@ -116,7 +116,8 @@ def run(settings: Settings, cases: Sequence[str], command: str) -> dict[str, Any
 
 
 def _run(settings: Settings, cases: Sequence[str], command: str) -> dict[str, Any]:
-    from benchmarks.report import machine, stamp, targets
+    from benchmarks.provenance import machine, stamp
+    from benchmarks.report import targets
 
     date, clock = stamp()
     results: dict[str, Any] = {
@@ -150,7 +151,8 @@ def _run(settings: Settings, cases: Sequence[str], command: str) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse, run, write the JSON and the doc; return the results."""
-    from benchmarks.report import markdown, write_doc, write_json
+    from benchmarks.provenance import write_json
+    from benchmarks.report import markdown, write_doc
 
     args = parse(argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
