@@ -129,7 +129,7 @@ class StageRunner:
         spec = self.loaded.spec
         likelihood = build_likelihood(spec.likelihood.model_dump())
         prior = build_prior(spec.prior.model_dump())
-        if not traits_of(stage.engine or "").uses_prior:
+        if stage.engine and not traits_of(stage.engine).uses_prior:
             prior = none()
         outputs = likelihood.num_outputs(self.dataset.num_classes)
         torch.manual_seed(stage.seed or 0)
