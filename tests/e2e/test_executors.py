@@ -48,3 +48,18 @@ def test_ray_local_instance_matches_sequential(sequential, tmp_path: Path, monke
     left = frame[columns].sort_values(columns[:3]).reset_index(drop=True)
     right = sequential[columns].sort_values(columns[:3]).reset_index(drop=True)
     assert left.equals(right)
+
+
+def test_equal_methods_are_fitted_once_by_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two methods with equal settings under two names: two workers fit and evaluate once."""
+    monkeypatch.chdir(tmp_path)
+    twin = "  map_again:\n    engine: map\n    optimizer: {name: adam, lr: 0.01}\n    epochs: 3\n"
+    text = TINY_SPEC.replace("  laplace:\n", twin + "  laplace:\n")
+    spec = write(tmp_path, text.replace("evaluate:", "report: {enabled: false}\nevaluate:"))
+    result = bayesflow.run(bayesflow.load(spec, ["execution.workers=2"]))
+    outcome = result.outcome
+    assert result.exit_code == 0, outcome.errors
+    for kind in ("fit", "evaluate"):
+        pair = [f"{kind}/{method}/T=shared/seed=0" for method in ("map", "map_again")]
+        assert sorted(outcome.status[name] for name in pair) == ["cached", "ran"]
+        assert outcome.entries[pair[0]] == outcome.entries[pair[1]]
