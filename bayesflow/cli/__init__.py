@@ -1,0 +1,27 @@
+"""The command line: ``bayesflow validate | plan | run | report | ui | schema`` and the
+registry listings ``bayesflow engines | models | datasets | likelihoods | priors | plots``.
+
+The commands hold no logic: they call :mod:`bayesflow.api` and :mod:`bayesflow.spec.catalog`.
+Each group of commands is a module that registers itself on :data:`bayesflow.cli.app.app`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# isort: off
+# Importing a command module registers its commands; this order is the order of `--help`.
+from bayesflow.cli import plan, run, store, listings  # noqa: F401
+# isort: on
+from bayesflow.cli.app import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Entry point of the ``bayesflow`` script (``--debug`` is accepted anywhere)."""
+    arguments = sys.argv[1:]
+    if "--debug" in arguments[1:] and "--" not in arguments[: arguments.index("--debug")]:
+        arguments.remove("--debug")
+        arguments.insert(0, "--debug")
+    app(args=arguments, prog_name="bayesflow")

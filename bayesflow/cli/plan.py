@@ -1,0 +1,102 @@
+"""``bayesflow validate`` and ``bayesflow plan``: check a spec and show its stages."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from bayesflow.cli.app import (
+    OVERRIDES_ARGUMENT,
+    SPEC_ARGUMENT,
+    app,
+    guarded,
+    load,
+    output,
+    print_table,
+)
+
+__all__ = ["counts_text", "plan", "validate"]
+
+
+@app.command()
+@guarded
+def validate(
+    spec: Path = SPEC_ARGUMENT,
+    overrides: list[str] | None = OVERRIDES_ARGUMENT,
+    resolved: bool = typer.Option(False, "--resolved", help="Print the resolved spec with defaults."),
+) -> None:
+    """Check a spec: exit 0 when valid, 3 with every problem located."""
+    loaded = load(spec, overrides)
+    if resolved:
+        sys.stdout.write(loaded.to_yaml())
+    else:
+        output.print(f"{spec}: valid ({len(loaded.spec.methods)} methods, "
+                     f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds)",
+                     markup=False, highlight=False)
+
+
+@app.command()
+@guarded
+def plan(
+    spec: Path = SPEC_ARGUMENT,
+    overrides: list[str] | None = OVERRIDES_ARGUMENT,
+    dag: bool = typer.Option(False, "--dag", help="Show the graph: each stage and its inputs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Show the stages a run would execute: new, cached or stale (and why)."""
+    from bayesflow.api import plan_table
+
+    loaded = load(spec, overrides)
+    rows = plan_table(loaded)
+    if as_json:
+        output.print_json(json.dumps(rows))
+        return
+    if dag:
+        output.print(_dag_text(rows), markup=False, highlight=False)
+    else:
+        print_table(_plan_rich_table(rows, loaded.spec.name))
+    output.print(counts_text(rows), markup=False, highlight=False)
+
+
+def _plan_rich_table(rows: list[dict[str, Any]], workflow: str) -> Table:
+    table = Table(title=f"plan of {workflow}")
+    table.add_column("stage", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("key", no_wrap=True)
+    stale = any(row["reason"] for row in rows)
+    if stale:
+        table.add_column("why stale")
+    for row in rows:
+        table.add_row(row["stage"], row["status"], row["key"], *([row["reason"]] if stale else []))
+    return table
+
+
+def _dag_text(rows: list[dict[str, Any]]) -> str:
+    """The graph as indented text: each stage (inputs first), its inputs below it."""
+    lines = []
+    for row in rows:
+        reason = f": {row['reason']}" if row["reason"] else ""
+        lines.append(f"{row['stage']}  [{row['status']}{reason}]")
+        lines += [f"    <- {name}" for name in row["inputs"]]
+    return "\n".join(lines)
+
+
+def counts_text(rows: list[dict[str, Any]]) -> str:
+    """Stages per kind and status: ``fit: 3 new, 2 stale`` per line, then the total."""
+    by_kind: dict[str, dict[str, int]] = {}
+    totals: dict[str, int] = {}
+    for row in rows:
+        statuses = by_kind.setdefault(row["kind"], {})
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+        totals[row["status"]] = totals.get(row["status"], 0) + 1
+
+    def phrase(counts: dict[str, int]) -> str:
+        return ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+
+    lines = [f"{kind}: {phrase(counts)}" for kind, counts in by_kind.items()]
+    return "\n".join([*lines, f"{len(rows)} stages: {phrase(totals)}"])

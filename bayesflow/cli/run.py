@@ -1,0 +1,132 @@
+"""``bayesflow run``: the main job, with a progress line per stage and a summary."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from bayesflow.cli.app import (
+    DEBUG,
+    FORCE_OPTION,
+    OVERRIDES_ARGUMENT,
+    SPEC_ARGUMENT,
+    app,
+    console,
+    guarded,
+    load,
+    output,
+    print_table,
+)
+from bayesflow.errors import BayesflowError
+
+__all__ = ["ProgressHook", "run"]
+
+
+class ProgressHook:
+    """Shows one line per stage as it starts and finishes."""
+
+    def __init__(self, total: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=False,
+        )
+        self.task = self.progress.add_task("stages", total=total)
+        self.started: dict[str, float] = {}
+
+    def before_stage(self, stage: Any) -> None:
+        self.started[stage.name] = time.perf_counter()
+        self.progress.update(self.task, description=f"[cyan]{stage.name}")
+
+    def after_stage(self, stage: Any, entry: Any, cached: bool) -> None:
+        self.progress.advance(self.task)
+        if not cached:
+            seconds = time.perf_counter() - self.started.get(stage.name, time.perf_counter())
+            self.progress.console.print(f"  [green]done[/]   {stage.name} ({seconds:.1f} s)", highlight=False)
+
+    def on_failure(self, stage: Any, error: BaseException, detail: str) -> None:
+        self.progress.advance(self.task)
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        self.progress.console.print("  [red]failed[/]", end=" ")
+        self.progress.console.print(f"{stage.name}: {message}", highlight=False, markup=False, soft_wrap=True)
+        if DEBUG["on"]:
+            self.progress.console.print(detail, markup=False, highlight=False)
+
+    def on_interrupt(self, stage: Any) -> None:
+        self.progress.stop()
+
+
+def _summary(result: Any) -> None:
+    from bayesflow.api import results
+
+    try:
+        frame = results(result.run_id, tracker=None, tracking_uri=result.tracking_uri)
+    except BayesflowError:
+        frame = None
+    if frame is not None and len(frame):
+        metrics = [m for m in ("test_nll", "test_accuracy", "test_ece", "test_brier") if m in frame]
+        grouped = frame.groupby(["method", "temperature"], sort=True)[metrics].mean().reset_index()
+        table = Table(title="results (mean over seeds)")
+        for column in ["method", "T", *metrics]:
+            table.add_column(column, justify="right" if column != "method" else "left")
+        for _, row in grouped.iterrows():
+            temperature = "shared" if row["temperature"] == 0 else f"{row['temperature']:g}"
+            values = ["—" if math.isnan(row[m]) else f"{row[m]:.4f}" for m in metrics]
+            table.add_row(str(row["method"]), temperature, *values)
+        print_table(table)
+    outcome = result.outcome
+    statuses = list(outcome.status.values())
+    output.print(
+        f"stages: {statuses.count('ran')} ran, {statuses.count('cached')} cached, "
+        f"{statuses.count('failed')} failed, {statuses.count('skipped')} skipped "
+        f"in {result.seconds:.1f} s"
+    )
+    for name in outcome.failed:
+        output.print(f"  failed: {name}: {outcome.errors[name].splitlines()[0]}", markup=False, highlight=False)
+    output.print(f"MLflow store: {result.tracking_uri}  (experiment {result.experiment!r}, run {result.run_id})")
+    output.print("  browse it with: bayesflow ui")
+    if result.report_html is not None:
+        output.print(f"report: {result.report_html}")
+
+
+@app.command()
+@guarded
+def run(
+    spec: Path = SPEC_ARGUMENT,
+    overrides: list[str] | None = OVERRIDES_ARGUMENT,
+    force: list[str] | None = FORCE_OPTION,
+    keep_going: bool | None = typer.Option(
+        None, "--keep-going/--fail-fast",
+        help="Keep running independent stages after one fails (default: on, from execution.keep_going).",
+    ),
+) -> None:
+    """Fit every method × temperature × seed, evaluate, plot and report."""
+    from bayesflow.api import plan as plan_of
+    from bayesflow.api import run as run_workflow
+    from bayesflow.api import tracking_uri_of
+
+    loaded = load(spec, overrides)
+    try:
+        uri = tracking_uri_of(loaded)
+        console.print(f"MLflow tracking URI: {uri}", highlight=False)
+        total = len(plan_of(loaded).stages)
+        progress = ProgressHook(total)
+        with progress.progress:
+            result = run_workflow(loaded, force=force or False, keep_going=keep_going, hooks=[progress])
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: finished stages are cached; rerun the same command to resume")
+        raise typer.Exit(130) from None
+    _summary(result)
+    raise typer.Exit(result.exit_code)
