@@ -5,12 +5,14 @@ can catch one class. The tree::
 
     BayesflowError
     ├── SpecError                 the workflow spec is invalid (exit code 3)
+    │   └── DataError             the data it names cannot be used as they are (exit code 3)
     ├── RegistryError             a name is not in a registry (wrapped into SpecError when
     │                             it comes from a spec)
     ├── MissingDependencyError    an optional extra is not installed
     ├── StageError                a stage failed while running (exit code 1)
     │   └── DivergenceError       a fit produced NaN or inf
-    └── TrackingError             the tracking store could not be read or written
+    ├── TrackingError             the tracking store could not be read or written
+    └── CacheLockError            another run holds the cache folder (exit code 1)
 
 A message says what went wrong, where, what was expected and found, and what to do.
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 __all__ = [
     "BayesflowError",
+    "CacheLockError",
+    "DataError",
     "DivergenceError",
     "MissingDependencyError",
     "RegistryError",
@@ -54,6 +58,24 @@ class SpecError(BayesflowError):
         super().__init__(f"{head}invalid workflow spec ({count} {noun}):\n{body}")
 
 
+class DataError(SpecError):
+    """The data a spec names cannot be used as they are: checked when they are loaded,
+    before any fit (labels outside the likelihood's support, NaN, too few rows).
+
+    Args:
+        problems: one line per problem, each naming the column and the fix.
+        path: the data file (or the dataset's name) the problems were found in.
+    """
+
+    def __init__(self, problems: list[str] | str, path: str | None = None) -> None:
+        super().__init__(problems, path)
+        count = len(self.problems)
+        head = f"{path}: " if path else ""
+        noun = "problem" if count == 1 else "problems"
+        body = "\n".join(f"  - {problem}" for problem in self.problems)
+        self.args = (f"{head}unusable data ({count} {noun}):\n{body}",)
+
+
 class RegistryError(BayesflowError, KeyError):
     """A name was looked up in a registry that does not hold it."""
 
@@ -81,3 +103,10 @@ class DivergenceError(StageError):
 
 class TrackingError(BayesflowError):
     """The tracking store could not be read or written."""
+
+
+class CacheLockError(BayesflowError):
+    """Another process holds the lock of the cache folder a run needs, and this run was
+    told not to wait (or waited past its timeout). Exit code 1: the run did not start."""
+
+    exit_code = 1

@@ -1,27 +1,55 @@
 """A content-addressed store of finished stage outputs.
 
-A stage's outputs live in ``<root>/<key>/``: files (``posterior.npz``) and
-``outputs.json`` (small values: metrics, timings). A stage is written into a private
-temporary folder and moved into place with one ``os.replace``, so a partial output is
-never visible as finished, whatever kills the process. Side records (such as the MLflow
-run that holds a stage) sit beside it as ``<key>.<name>.json``, also written atomically.
+A stage's outputs live in ``<root>/<key>/``: files (``posterior.npz``), ``outputs.json``
+(small values: metrics, timings) and ``manifest.json`` (each file's size). A stage is
+written into a private staging folder and moved into place with one ``os.replace``, so a
+partial output is never visible as finished, whatever kills the process. Side records
+(such as the MLflow run that holds a stage) sit beside it as ``<key>.<name>.json``, also
+written atomically.
+
+An entry that cannot be trusted all the same (an ``outputs.json`` cut short by a full
+disk or a hand edit, a file missing or of the wrong size, an unreadable side record or
+index) is treated as missing: the stage is recomputed and a :class:`CacheWarning` names
+the path. A cache is never a reason for an internal error.
 
 An index per workflow, ``<root>/index/<workflow>.json``, maps each stage name to the key
 and config it last finished under, so a plan can say why a stage is stale: which part
 of its config changed since.
+
+Staging folders carry the pid and host of the process writing them
+(``.staging-<pid>-<host>-<key>-<random>``), so that cleaning up after a killed process
+never touches the folders of a live one. One run at a time writes to a cache: see
+:meth:`Cache.lock` and :mod:`bayesflow.dag.lock`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["Cache", "Entry", "write_json_atomic"]
+from bayesflow.dag.lock import LOCK_NAME, FileLock, holding, wait_from_environment
+
+__all__ = ["Cache", "CacheWarning", "Entry", "write_json_atomic"]
+
+OUTPUTS = "outputs.json"
+MANIFEST = "manifest.json"
+LEFTOVER_PREFIXES = (".staging-", ".trash-")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CacheWarning(UserWarning):
+    """A cache entry, side record or index could not be read and is treated as missing."""
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
@@ -39,6 +67,26 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         raise
 
 
+def _read_json(path: Path, what: str) -> Any:
+    """The JSON in ``path``; None, with a warning naming it, when it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:  # a folder, unreadable, not UTF-8
+        _warn(f"{path} cannot be read ({error}); {what}")
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        _warn(f"{path} is not valid JSON (cut short?); {what}")
+        return None
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, CacheWarning, stacklevel=3)
+
+
 @dataclass(frozen=True)
 class Entry:
     """A finished stage's outputs: a folder and its small values."""
@@ -52,6 +100,38 @@ class Entry:
         return self.folder / name
 
 
+def _host_tag() -> str:
+    """Eight hex digits naming this host in staging folder names (host names may hold
+    any character; a hash of one is safe in a file name)."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    except (OverflowError, ValueError):  # not a pid at all
+        return False
+    return True
+
+
+def _abandoned(name: str) -> bool:
+    """Whether a ``.staging-``/``.trash-`` folder belongs to no live process of this host.
+
+    Folders from another host are left to it; folders named before pids were recorded
+    (``.staging-<key>-<random>``) are abandoned, since no live version writes them.
+    """
+    parts = name.split("-")
+    if len(parts) < 5 or not parts[1].isdigit():
+        return True
+    if parts[2] != _host_tag():
+        return False
+    return not _process_alive(int(parts[1]))
+
+
 class Cache:
     """Finished stage outputs under ``root``, keyed by stage key."""
 
@@ -61,47 +141,140 @@ class Cache:
     def _folder(self, key: str) -> Path:
         return self.root / key
 
+    # ------------------------------------------------------------------- the run lock
+
+    def lock(
+        self, wait: bool = True, timeout: float | None = None, notify: Callable[[str], None] | None = None
+    ) -> FileLock:
+        """The lock one run holds on this cache, as a context manager (``<root>/.lock``).
+
+        Args:
+            wait: wait for another run that holds it; False raises at once.
+            timeout: seconds to wait at most; None waits until the other run ends.
+            notify: called once with the "waiting for run PID ..." line (default:
+                printed to standard error).
+
+        Raises:
+            CacheLockError: the lock is busy and ``wait`` is False or ``timeout`` passed.
+        """
+        return FileLock(self.root / LOCK_NAME, wait=wait, timeout=timeout, notify=notify,
+                        name=f"cache {self.root}")
+
+    @staticmethod
+    def holding_lock(folder_of: Callable[[Any], str | Path]) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a function so it holds the lock of the cache folder ``folder_of(its
+        first argument)`` while it runs, waiting as ``BAYESFLOW_LOCK_TIMEOUT`` says
+        (see :func:`bayesflow.dag.lock.wait_from_environment`)."""
+
+        def lock_of(subject: Any) -> FileLock:
+            wait, timeout = wait_from_environment()
+            return Cache(folder_of(subject)).lock(wait=wait, timeout=timeout)
+
+        def decorate(function: Callable[P, R]) -> Callable[P, R]:
+            return holding(function, lock_of)
+
+        return decorate
+
+    # ---------------------------------------------------------------------- entries
+
     def get(self, key: str) -> Entry | None:
-        """The finished entry of ``key``, or None."""
+        """The finished entry of ``key``; None when there is none or it cannot be trusted
+        (then a :class:`CacheWarning` names the file at fault)."""
         folder = self._folder(key)
-        outputs = folder / "outputs.json"
-        if not outputs.exists():
+        if not folder.exists():
             return None
-        return Entry(key, folder, json.loads(outputs.read_text()))
+        recompute = "the stage will be recomputed"
+        values = _read_json(folder / OUTPUTS, recompute)
+        if values is None:
+            if not (folder / OUTPUTS).exists():
+                _warn(f"{folder} has no {OUTPUTS}; {recompute}")
+            return None
+        if not isinstance(values, dict):
+            _warn(f"{folder / OUTPUTS} holds {type(values).__name__}, not a mapping; {recompute}")
+            return None
+        damaged = self._damaged_files(folder)
+        if damaged:
+            _warn(f"{folder}: {damaged}; {recompute}")
+            return None
+        return Entry(key, folder, values)
+
+    def _damaged_files(self, folder: Path) -> str:
+        """What is wrong with the files ``manifest.json`` lists, or "" when nothing is
+        (entries written before manifests existed are taken as they are)."""
+        manifest = _read_json(folder / MANIFEST, "its files cannot be checked")
+        if manifest is None:
+            return ""
+        if not isinstance(manifest, dict):
+            return f"{MANIFEST} holds {type(manifest).__name__}, not a mapping"
+        for name, size in sorted(manifest.items()):
+            path = folder / name
+            if not path.is_file():
+                return f"{name} is missing"
+            if path.stat().st_size != size:
+                return f"{name} has {path.stat().st_size} bytes, {size} were written"
+        return ""
 
     def staging(self, key: str) -> Path:
         """A fresh private folder to write ``key``'s outputs into before :meth:`commit`."""
         self.root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(dir=self.root, prefix=f".staging-{key}-"))
+        prefix = f".staging-{os.getpid()}-{_host_tag()}-{key}-"
+        return Path(tempfile.mkdtemp(dir=self.root, prefix=prefix))
 
     def commit(self, key: str, staging: Path, values: dict[str, Any]) -> Entry:
         """Make ``staging`` the finished entry of ``key`` in one atomic rename."""
-        write_json_atomic(staging / "outputs.json", values)
+        files = sorted(p for p in staging.rglob("*") if p.is_file())
+        manifest = {p.relative_to(staging).as_posix(): p.stat().st_size for p in files}
+        write_json_atomic(staging / MANIFEST, manifest)
+        write_json_atomic(staging / OUTPUTS, values)
         target = self._folder(key)
-        if target.exists():  # a forced rerun replaces the old entry
-            trash = Path(tempfile.mkdtemp(dir=self.root, prefix=f".trash-{key}-"))
-            os.replace(target, trash / key)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.replace(staging, target)
+        if target.exists():  # a forced rerun, or an entry found damaged, is replaced
+            self._remove(target, key)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            # Another process committed the same key in between (runs that share a cache
+            # without its lock): outputs are a function of the key, so keep theirs.
+            found = self.get(key)
+            if found is None:
+                raise
+            self.discard(staging)
+            return found
         return Entry(key, target, values)
+
+    def _remove(self, folder: Path, key: str) -> None:
+        """Move ``folder`` out of the way in one rename, then delete it."""
+        trash = Path(tempfile.mkdtemp(dir=self.root, prefix=f".trash-{os.getpid()}-{_host_tag()}-{key}-"))
+        os.replace(folder, trash / key)
+        shutil.rmtree(trash, ignore_errors=True)
 
     def discard(self, staging: Path) -> None:
         """Remove an unfinished staging folder."""
         shutil.rmtree(staging, ignore_errors=True)
 
     def clean_staging(self) -> int:
-        """Remove staging folders left by killed processes; return how many."""
+        """Remove staging folders left by processes of this host that are no longer
+        running (never those of a live one); return how many."""
         if not self.root.exists():
             return 0
-        leftovers = [p for p in self.root.iterdir() if p.name.startswith((".staging-", ".trash-"))]
+        leftovers = [
+            path for path in self.root.iterdir()
+            if path.name.startswith(LEFTOVER_PREFIXES) and _abandoned(path.name)
+        ]
         for path in leftovers:
             shutil.rmtree(path, ignore_errors=True)
         return len(leftovers)
 
+    # -------------------------------------------------------------- records and index
+
     def record(self, key: str, name: str) -> dict[str, Any] | None:
-        """A side record of ``key`` (e.g. its MLflow run), or None."""
+        """A side record of ``key`` (e.g. its MLflow run); None when there is none or it
+        cannot be read (then a :class:`CacheWarning` names it)."""
         path = self.root / f"{key}.{name}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        record = _read_json(path, "it is ignored and will be written again")
+        if record is not None and not isinstance(record, dict):
+            _warn(f"{path} holds {type(record).__name__}, not a mapping; it is ignored and will be written again")
+            return None
+        return record
 
     def write_record(self, key: str, name: str, payload: dict[str, Any]) -> None:
         """Write a side record of ``key`` atomically."""
@@ -111,12 +284,22 @@ class Cache:
         return self.root / "index" / f"{workflow}.json"
 
     def index(self, workflow: str) -> dict[str, dict[str, Any]]:
-        """Stage name → ``{"key", "config"}`` it last finished under, for ``workflow``."""
-        try:
-            index = json.loads(self._index_path(workflow).read_text())
-        except (OSError, ValueError):  # none yet, or unreadable: nothing is known
+        """Stage name → ``{"key", "config"}`` it last finished under, for ``workflow``;
+        entries that cannot be read are left out (with a :class:`CacheWarning`)."""
+        path = self._index_path(workflow)
+        index = _read_json(path, "stale stages will show as new")
+        if index is None:
             return {}
-        return index if isinstance(index, dict) else {}
+        if not isinstance(index, dict):
+            _warn(f"{path} holds {type(index).__name__}, not a mapping; stale stages will show as new")
+            return {}
+        kept = {
+            name: item for name, item in index.items()
+            if isinstance(item, dict) and isinstance(item.get("key"), str)
+        }
+        if len(kept) < len(index):
+            _warn(f"{path}: {len(index) - len(kept)} entries are not {{key, config}} mappings; they are ignored")
+        return kept
 
     def write_index(self, workflow: str, index: dict[str, dict[str, Any]]) -> None:
         """Replace ``workflow``'s index atomically."""
