@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesflow.data import DATASETS, Dataset, resolve_path
+from bayesflow.data.dataset import DATASETS, Dataset, resolve_path
 from bayesflow.errors import MissingDependencyError, SpecError
 
 __all__ = [
@@ -348,5 +348,7 @@ def imdb(
         test.labels,
         "classification",
         num_classes=2,
+        source=str(resolve_folder(path, base_dir)),
+        target="the review labels",
     )
 

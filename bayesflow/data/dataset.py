@@ -1,0 +1,135 @@
+"""What every loader returns (:class:`Dataset`), the registry of loaders, and the pieces
+they share: resolving a spec's data path and splitting into train and test (torch-free)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bayesflow.errors import DataError
+from bayesflow.registry import Registry
+
+__all__ = ["DATASETS", "Dataset", "resolve_path", "split"]
+
+DATASETS: Registry[Any] = Registry("dataset")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and test arrays; ``task`` is ``"classification"`` or ``"regression"``.
+
+    ``source`` (a file path or the dataset's name) and ``target`` (what the labels are
+    called there) only serve to name the data in messages; the digest ignores them.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    task: str
+    num_classes: int | None = None
+    x_ood: np.ndarray | None = None
+    episode_train: np.ndarray | None = None
+    episode_test: np.ndarray | None = None
+    source: str = ""
+    target: str = "the labels"
+
+    @property
+    def num_features(self) -> int:
+        """Number of input features."""
+        return int(self.x_train.shape[1])
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 over the four arrays' bytes, shapes and dtypes."""
+        digest = hashlib.sha256()
+        arrays = [self.x_train, self.y_train, self.x_test, self.y_test]
+        if self.x_ood is not None:
+            arrays.append(self.x_ood)
+        for array in arrays:
+            digest.update(str((array.shape, array.dtype.str)).encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()
+
+
+def resolve_path(path: str, base_dir: Path | None = None) -> Path:
+    """Resolve a spec's data path: ``package:NAME`` or relative to the spec's folder."""
+    if path.startswith("package:"):
+        name = path.split(":", 1)[1]
+        resolved = Path(str(resources.files("bayesflow.data") / "files" / name))
+    else:
+        resolved = Path(path).expanduser()
+        if not resolved.is_absolute() and base_dir is not None:
+            candidate = base_dir / resolved
+            resolved = candidate if candidate.exists() or not resolved.exists() else resolved
+    return resolved
+
+
+def split_problems(labels: np.ndarray, test_fraction: float, stratify: bool, where: str) -> list[str]:
+    """Why ``labels`` cannot be split into train and test as asked ([] when they can).
+
+    The sizes are scikit-learn's: ``ceil(test_fraction * n)`` rows to test, the rest to
+    train; a stratified split (class shares kept) also needs two rows of every class and
+    room for every class on both sides.
+    """
+    count = len(labels)
+    tested = math.ceil(test_fraction * count)
+    trained = count - tested
+    if trained < 1 or tested < 1:
+        return [(
+            f"data.test_fraction: {where} has {count} data row{'s' if count != 1 else ''}: a test "
+            f"fraction of {test_fraction:g} leaves {trained} to train and {tested} to test, and each "
+            "needs at least one; add rows, or change data.test_fraction"
+        )]
+    if not stratify:
+        return []
+    classes, counts = np.unique(labels, return_counts=True)
+    single = [str(label) for label, size in zip(classes.tolist(), counts.tolist()) if size < 2]
+    if single:
+        return [(
+            f"data.target: class{'es' if len(single) > 1 else ''} {', '.join(single[:5])} of {where} "
+            f"{'have' if len(single) > 1 else 'has'} a single row; the split keeps each class's share "
+            "on both sides, so every class needs at least two rows: add rows, or drop that class"
+        )]
+    if min(tested, trained) < len(classes):
+        return [(
+            f"data.test_fraction: {where} has {len(classes)} classes but a test fraction of "
+            f"{test_fraction:g} of {count} rows leaves {trained} to train and {tested} to test; "
+            "each side needs a row of every class: add rows, or change data.test_fraction"
+        )]
+    return []
+
+
+def split(
+    x: np.ndarray,
+    y: np.ndarray,
+    test_fraction: float,
+    seed: int,
+    stratify: bool,
+    where: str,
+    path: str | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``x_train, y_train, x_test, y_test`` (stratified by ``y`` with ``stratify``).
+
+    Raises:
+        DataError: too few rows, or too few of a class, for the split; ``where`` names
+            the data in each problem, ``path`` (default ``where``) heads the message.
+    """
+    from sklearn.model_selection import train_test_split
+
+    problems = split_problems(y, test_fraction, stratify, where)
+    if problems:
+        raise DataError(problems, path or where)
+    try:
+        x_train, x_test, y_train, y_test = train_test_split(
+            x, y, test_size=test_fraction, random_state=seed, stratify=y if stratify else None
+        )
+    except ValueError as error:  # a case split_problems does not foresee: still say where
+        raise DataError(f"data: {where} cannot be split into train and test: {error}", path or where) from error
+    return x_train, y_train, x_test, y_test

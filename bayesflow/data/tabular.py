@@ -1,0 +1,213 @@
+"""Datasets of feature vectors: scikit-learn's digits, a CSV file, and no data at all.
+
+A CSV file is checked as it is read, naming the file, the column and the rows at fault:
+a header without rows, a target column that is not numbers, missing or infinite values,
+too few rows for the train/test split (see :mod:`bayesflow.data.checks`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bayesflow.data.checks import column_problems
+from bayesflow.data.checks import standardize as standardize_columns
+from bayesflow.data.dataset import DATASETS, Dataset, resolve_path, split
+from bayesflow.errors import DataError, SpecError
+
+__all__ = ["MAX_CLASSES", "csv", "csv_target_task", "none", "sklearn_digits", "target_task"]
+
+# An integer target column with at most this many distinct values is read as class labels.
+MAX_CLASSES = 50
+
+
+@DATASETS.register("sklearn_digits")
+def sklearn_digits(
+    test_fraction: float = 0.5,
+    split_seed: int = 0,
+    standardize: bool = True,
+    holdout_classes: list[int] | None = None,
+    episodes: int = 0,
+    episode_kind: str = "permuted",
+) -> Dataset:
+    """scikit-learn's 8×8 handwritten digits: 1,797 images, 64 features, 10 classes.
+
+    With ``holdout_classes`` those digits are removed from training and testing and
+    become the out-of-distribution inputs (``x_ood``); the remaining classes are
+    relabelled 0..C-1 in increasing order.
+    """
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = bunch.data.astype(np.float32)
+    if standardize:
+        x = x / 16.0  # pixel intensities are integers 0..16
+    y = bunch.target.astype(np.int64)
+    x_ood = None
+    held = sorted(set(holdout_classes or []))
+    if held:
+        outside = np.isin(y, held)
+        x_ood, x, y = x[outside], x[~outside], y[~outside]
+        kept = sorted(set(range(10)) - set(held))
+        y = np.searchsorted(np.array(kept), y).astype(np.int64)
+    x_train, y_train, x_test, y_test = split(x, y, test_fraction, split_seed, True, "sklearn_digits")
+    episode_train = episode_test = None
+    if episodes and episode_kind == "classes":
+        # tasks of consecutive classes: 5 episodes are {0,1}, {2,3}, ..., {8,9}
+        task = np.concatenate([
+            np.full(len(group), index) for index, group in
+            enumerate(np.array_split(np.arange(10 - len(held)), episodes))
+        ])
+        episode_train, episode_test = task[y_train], task[y_test]
+    elif episodes:
+        # permuted digits: episode k shows every image with the pixels in a fixed random
+        # order of its own (episode 0 unpermuted), the same classes each time
+        orders = [np.arange(x.shape[1])] + [
+            np.random.default_rng(split_seed + k).permutation(x.shape[1]) for k in range(1, episodes)
+        ]
+        episode_train = np.repeat(np.arange(episodes), len(y_train))
+        episode_test = np.repeat(np.arange(episodes), len(y_test))
+        x_train = np.concatenate([x_train[:, order] for order in orders])
+        x_test = np.concatenate([x_test[:, order] for order in orders])
+        y_train, y_test = np.tile(y_train, episodes), np.tile(y_test, episodes)
+    return Dataset(
+        x_train, y_train, x_test, y_test, "classification", num_classes=10 - len(held), x_ood=x_ood,
+        episode_train=episode_train, episode_test=episode_test,
+        source="sklearn_digits", target="the digit labels of sklearn_digits",
+    )
+
+
+def target_task(values: np.ndarray) -> tuple[str, int | None]:
+    """``("classification", C)`` for integer class labels 0..C-1, else ``("regression", None)``."""
+    if np.issubdtype(values.dtype, np.integer) and len(np.unique(values)) <= MAX_CLASSES:
+        return "classification", int(values.max()) + 1
+    return "regression", None
+
+
+def _read_csv(path: str, target: str, base_dir: Path | None, target_only: bool = False) -> Any:
+    """Read a CSV file (only its target column with ``target_only``), checking both exist
+    and that the file has rows.
+
+    Raises:
+        SpecError: whose problem starts with the key at fault (``data.path: ...`` or
+            ``data.target: ...``), so the spec loader can point at that key's line.
+    """
+    file = resolve_path(path, base_dir)
+    if not file.is_file():
+        raise SpecError(f"data.path: file {str(file)!r} does not exist; fix the path")
+    columns = list(_parse(file, nrows=0).columns)
+    if target not in columns:
+        raise SpecError(
+            f"data.target: column {target!r} is not in {file.name} "
+            f"(columns: {', '.join(map(str, columns))})"
+        )
+    frame = _parse(file, usecols=[target] if target_only else None)
+    if frame.empty:
+        raise DataError(
+            f"data.path: {file.name} has a header row but no data rows; add rows, or point "
+            "data.path at the file that holds them", str(file),
+        )
+    return frame
+
+
+def _parse(file: Path, **options: Any) -> Any:
+    """``pandas.read_csv(file, **options)``, its failures turned into a DataError."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(file, **options)
+    except pd.errors.EmptyDataError:
+        raise DataError(
+            f"data.path: {file.name} is empty; a CSV file needs a header row naming the columns, "
+            "then one row per example", str(file),
+        ) from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise DataError(
+            f"data.path: {file.name} cannot be read as CSV ({str(error).strip()}); give a text "
+            "file of comma-separated values with a header row", str(file),
+        ) from None
+
+
+def _target_values(frame: Any, target: str, file: Path) -> np.ndarray:
+    """The target column, checked to be finite numbers (a spec's validation reads it too)."""
+    values = frame[target].to_numpy()
+    if not np.issubdtype(values.dtype, np.number):
+        examples = ", ".join(repr(value) for value in frame[target].dropna().unique()[:3])
+        raise DataError(
+            f"data.target: column {target!r} of {file.name} is not numeric (it holds {examples}); "
+            "encode the classes as 0, 1, ..., or give a numeric target", str(file),
+        )
+    problems = column_problems(frame[[target]], file.name, key="data.target")
+    if problems:
+        raise DataError(problems, str(file))
+    if len(values) < 2:
+        raise DataError(
+            f"data.path: {file.name} has 1 data row; a train/test split needs at least two "
+            "(one to train, one to test); add rows", str(file),
+        )
+    return values
+
+
+def csv_target_task(path: str, target: str, base_dir: Path | None = None) -> tuple[str, int | None]:
+    """The task a CSV file's target column implies (see :func:`target_task`), reading only it.
+
+    Raises:
+        SpecError: the file or column is missing, or the column is empty, not numeric or
+            holds missing values (a :class:`~bayesflow.errors.DataError`).
+    """
+    file = resolve_path(path, base_dir)
+    frame = _read_csv(path, target, base_dir, target_only=True)
+    return target_task(_target_values(frame, target, file))
+
+
+@DATASETS.register("csv")
+def csv(
+    path: str,
+    target: str,
+    test_fraction: float = 0.25,
+    split_seed: int = 0,
+    standardize: bool = True,
+    base_dir: Path | None = None,
+) -> Dataset:
+    """A CSV file with a header row: numeric features and one target column."""
+    frame = _read_csv(path, target, base_dir)
+    file = resolve_path(path, base_dir)
+    y_raw = _target_values(frame, target, file)
+    features = frame.drop(columns=[target])
+    non_numeric = [c for c in features.columns if not np.issubdtype(features[c].dtype, np.number)]
+    if non_numeric:
+        raise DataError(
+            f"data.path: columns {', '.join(map(repr, non_numeric))} of {file.name} are not numeric; "
+            "give numbers, or drop those columns", str(file),
+        )
+    problems = column_problems(features, file.name)
+    if problems:
+        raise DataError(problems, str(file))
+    x = features.to_numpy(dtype=np.float32)
+    task, classes = target_task(y_raw)
+    integer_target = task == "classification"
+    y = y_raw.astype(np.int64) if integer_target else y_raw.astype(np.float32)
+    where = f"{file.name} (target column {target!r})"
+    x_train, y_train, x_test, y_test = split(
+        x, y, test_fraction, split_seed, integer_target, where, str(file)
+    )
+    if standardize:
+        x_train, x_test = standardize_columns(x_train, x_test, list(features.columns), file.name)
+    return Dataset(
+        x_train.astype(np.float32), y_train, x_test.astype(np.float32), y_test, task, classes,
+        source=str(file), target=f"the target column {target!r} of {file.name}",
+    )
+
+
+
+@DATASETS.register("none")
+def none() -> Dataset:
+    """No data: one pseudo-datum with one zero feature, in training and in testing.
+
+    With N = 1 the per-datum log posterior is the full one, log p(y|x,θ) + log p(θ), so
+    an ``energy`` likelihood over a model that outputs a log density samples that density.
+    """
+    inputs, targets = np.zeros((1, 1), dtype=np.float32), np.zeros(1, dtype=np.float32)
+    return Dataset(inputs, targets, inputs.copy(), targets.copy(), "energy", source="none")
