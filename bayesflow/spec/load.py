@@ -10,6 +10,8 @@ override (``override 'methods.vi.epochs=5'``).
 from __future__ import annotations
 
 import copy
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,8 @@ from bayesflow.spec.errors import format_cross_problems, format_validation_error
 from bayesflow.spec.interpolation import create_config, resolve_config
 from bayesflow.spec.locations import Located, Location, YamlProblem, parse_yaml
 from bayesflow.spec.models import WorkflowSpec
-from bayesflow.spec.relations import cross_check
 from bayesflow.spec.overrides import apply_overrides
+from bayesflow.spec.relations import cross_check
 
 __all__ = ["MAX_SPEC_BYTES", "LoadedSpec", "load_spec"]
 
@@ -71,19 +73,33 @@ class LoadedSpec:
 
 
 def _read(path: Path) -> str:
+    """The text of the spec file ``path``, read only if it is a regular file and at most
+    :data:`MAX_SPEC_BYTES` long, so that ``/dev/zero`` or a named pipe passed by mistake
+    is refused at once instead of being read forever or waited on."""
     try:
         if not path.exists():
             raise SpecError(f"{path}: file not found; check the path", str(path))
         if path.is_dir():
             raise SpecError(f"{path}: is a folder; pass a workflow .yaml file", str(path))
-        size = path.stat().st_size
-        if size > MAX_SPEC_BYTES:
+        # O_NONBLOCK: opening a named pipe for reading would otherwise wait for a writer.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
+                raise SpecError(
+                    f"{path}: is {_kind(mode)}, not a regular file; pass a workflow .yaml file",
+                    str(path),
+                )
+            size = os.fstat(descriptor).st_size
+            raw = b"" if size > MAX_SPEC_BYTES else _read_at_most(descriptor, MAX_SPEC_BYTES + 1)
+        finally:
+            os.close(descriptor)
+        if max(size, len(raw)) > MAX_SPEC_BYTES:  # len(raw): a file that grew since fstat
             raise SpecError(
-                f"{path}: file is {size} bytes, more than the {MAX_SPEC_BYTES} a spec may have; "
-                "is this the right file?",
+                f"{path}: file is {max(size, len(raw))} bytes, more than the {MAX_SPEC_BYTES} a spec "
+                "may have; is this the right file?",
                 str(path),
             )
-        raw = path.read_bytes()
     except (OSError, ValueError) as error:
         raise SpecError(f"{path}: cannot be read ({error}); check the path", str(path)) from None
     try:
@@ -95,6 +111,28 @@ def _read(path: Path) -> str:
             f"{exc.start}); save it as UTF-8",
             str(path),
         ) from None
+
+
+def _read_at_most(descriptor: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``descriptor`` (fewer only at the end of the file)."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(descriptor, min(left, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    kinds = [
+        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _parse_one(path: Path) -> Located:
