@@ -33,7 +33,11 @@ def load(source: str | Path | dict[str, Any], overrides: Sequence[str] = ()) -> 
 
 
 def _dataset(loaded: LoadedSpec) -> Dataset:
-    return load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
+    from bayesflow.data import check_data
+
+    dataset = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
+    check_data(dataset, loaded.spec.likelihood.name)  # before any fit: a DataError, exit 3
+    return dataset
 
 
 def plan(loaded: LoadedSpec, dataset: Dataset | None = None) -> Plan:
@@ -93,6 +97,7 @@ class RunResult:
         return Path(entry.values["html"]) if entry else None
 
 
+@Cache.holding_lock(lambda loaded: loaded.spec.execution.cache_dir)  # one run per cache folder
 def run(
     loaded: LoadedSpec,
     *,

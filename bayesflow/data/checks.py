@@ -151,7 +151,7 @@ def check_data(dataset: Dataset, likelihood_name: str, source: str | None = None
         absent = sorted(set(range(dataset.num_classes)) - set(np.unique(dataset.y_train).tolist()))
         if absent:
             warnings.warn(
-                f"{where}: class{'es' if len(absent) > 1 else ''} {_values(absent)} of "
+                f"data.target: class{'es' if len(absent) > 1 else ''} {_values(absent)} of "
                 f"0..{dataset.num_classes - 1} {'have' if len(absent) > 1 else 'has'} no training rows "
                 f"in {dataset.target}; the model still gets an output per class. If the labels "
                 "are not 0..K-1 (1-based, or codes), relabel them",
@@ -172,11 +172,11 @@ def standardize(
     constant = spread == 0
     if constant.any():
         names = [repr(str(name)) for name, flat in zip(columns, constant) if flat]
+        many = len(names) > 1
         warnings.warn(
-            f"data.standardize: column{'s' if len(names) > 1 else ''} {', '.join(names[:SHOWN])}"
-            f"{', ...' if len(names) > SHOWN else ''} of {where} {'are' if len(names) > 1 else 'is'} "
-            "constant in the training rows, so carry no information; centred but not scaled. "
-            "Drop them to silence this warning",
+            f"data.standardize: column{'s' if many else ''} {_values(names)} of {where} "
+            f"{'are' if many else 'is'} constant in the training rows and so carr{'y' if many else 'ies'} "
+            f"no information; centred, not scaled. Drop {'them' if many else 'it'} to silence this warning",
             DataWarning, stacklevel=3,
         )
     # 1e-8 keeps the scale of every other column as it always was (and with it the digest).
