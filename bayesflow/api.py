@@ -211,7 +211,7 @@ def results(
     Args:
         run_id: the parent run of a ``bayesflow run``; None takes the latest parent run
             of ``experiment``.
-        tracking_uri: the MLflow store (default ``sqlite:///mlflow.db`` in the cwd).
+        tracking_uri: the MLflow store (default ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the cwd).
         experiment: the experiment (workflow name), needed when ``run_id`` is None.
         tracker: a tracker to read from instead (tests).
     """
@@ -222,7 +222,7 @@ def results(
     from bayesflow.tracking import MlflowTracker, resolve_tracking_uri, results_frame
 
     if tracker is None:
-        uri = resolve_tracking_uri(tracking_uri or "sqlite:///mlflow.db", Path.cwd())
+        uri = resolve_tracking_uri(tracking_uri, Path.cwd())
         tracker = MlflowTracker(uri)
     if run_id is None:
         if experiment is None:
@@ -250,7 +250,7 @@ def histories(
     from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
 
     if tracker is None:
-        tracker = MlflowTracker(resolve_tracking_uri(tracking_uri or "sqlite:///mlflow.db", Path.cwd()))
+        tracker = MlflowTracker(resolve_tracking_uri(tracking_uri, Path.cwd()))
     frame = results(run_id, tracker=tracker)
     rows = []
     for record in frame.itertuples():
@@ -287,7 +287,7 @@ def report(
     from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
 
     if tracker is None:
-        tracker = MlflowTracker(resolve_tracking_uri(tracking_uri or "sqlite:///mlflow.db", Path.cwd()))
+        tracker = MlflowTracker(resolve_tracking_uri(tracking_uri, Path.cwd()))
     with tempfile.TemporaryDirectory() as folder:
         spec_path = tracker.download_artifact(run_id, "spec/resolved.yaml", folder)
         loaded = load_spec(Path(spec_path))
@@ -319,7 +319,7 @@ def _open_tracker(tracking_uri: str | None, tracker: Any) -> Any:
         return tracker
     from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
 
-    return MlflowTracker(resolve_tracking_uri(tracking_uri or "sqlite:///mlflow.db", Path.cwd()))
+    return MlflowTracker(resolve_tracking_uri(tracking_uri, Path.cwd()))
 
 
 def artifacts(
@@ -338,7 +338,7 @@ def artifacts(
     Args:
         run_id: the parent run of a ``bayesflow run``.
         path: the artifact's path inside each fit run, e.g. ``posterior/posterior.npz``.
-        tracking_uri: the MLflow store (default ``sqlite:///mlflow.db`` in the cwd).
+        tracking_uri: the MLflow store (default ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the cwd).
         tracker: a tracker to read from instead (tests).
 
     Returns:

@@ -12,6 +12,7 @@ can catch one class. The tree::
     ├── StageError                a stage failed while running (exit code 1)
     │   └── DivergenceError       a fit produced NaN or inf
     ├── TrackingError             the tracking store could not be read or written
+    ├── UsageError                a command was called in a way that cannot work (exit code 2)
     └── CacheLockError            another run holds the cache folder (exit code 1)
 
 A message says what went wrong, where, what was expected and found, and what to do.
@@ -29,6 +30,7 @@ __all__ = [
     "SpecError",
     "StageError",
     "TrackingError",
+    "UsageError",
 ]
 
 
@@ -110,3 +112,9 @@ class CacheLockError(BayesflowError):
     told not to wait (or waited past its timeout). Exit code 1: the run did not start."""
 
     exit_code = 1
+
+
+class UsageError(BayesflowError):
+    """A command was called in a way that cannot work (a busy port, a bad argument)."""
+
+    exit_code = 2

@@ -22,12 +22,13 @@ from bayesflow.spec.catalog import KINDS, entries, plot_entries
 from bayesflow.spec.reference import markdown_reference
 from tests.conftest import TINY_SPEC, write
 
-WIDE = {"COLUMNS": "200"}
+# A narrow terminal: what the commands print to a pipe must not depend on its width.
+NARROW = {"COLUMNS": "60"}
 
 
 def invoke(*args: str) -> Any:
     """Run the command line in-process; stdout and stderr together in ``.output``."""
-    return CliRunner().invoke(app, list(args), env=WIDE)
+    return CliRunner().invoke(app, list(args), env=NARROW)
 
 
 @pytest.fixture
@@ -106,7 +107,7 @@ def test_unexpected_error_is_one_line_unless_debug(workdir: Path, monkeypatch: p
 def test_debug_is_accepted_after_the_command(workdir: Path) -> None:
     """The installed entry point takes --debug anywhere; without it there is no traceback."""
     bad = bad_spec(workdir)
-    environment = {**os.environ, **WIDE, "PYTHONPATH": str(Path(__file__).parents[1])}
+    environment = {**os.environ, **NARROW, "PYTHONPATH": str(Path(__file__).parents[1])}
     command = [sys.executable, "-c", "from bayesflow.cli import main; main()", "validate", str(bad)]
     options: dict[str, Any] = {"capture_output": True, "text": True, "env": environment, "timeout": 120}
     plain = subprocess.run(command, check=False, **options)
@@ -272,3 +273,34 @@ def test_help_lists_every_command() -> None:
     for command in ("validate", "plan", "run", "ui", "schema", *KINDS, "plots"):
         assert f" {command} " in output
     assert "Registries" in output
+
+
+# ------------------------------------------------------------------ version and ui
+
+
+def test_version_prints_the_installed_version() -> None:
+    """--version prints the package's version and exits 0."""
+    from importlib.metadata import version
+
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.output == f"bayesflow {version('bayesflow-workflows')}\n"
+
+
+def test_ui_refuses_a_busy_port(workdir: Path) -> None:
+    """`ui` on a port something already listens on exits 2 with what to do, before MLflow starts."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        result = invoke("ui", "--port", str(port))
+    assert result.exit_code == 2
+    assert f"cannot serve the UI on 127.0.0.1:{port}" in result.output
+    assert "pick a free port with --port" in result.output
+    assert not (workdir / "mlflow.db").exists()
+
+
+def test_ui_refuses_a_port_out_of_range() -> None:
+    """A port above 65535 is a usage error (exit 2)."""
+    assert invoke("ui", "--port", "70000").exit_code == 2
+

@@ -20,14 +20,14 @@ from rich.console import Console
 from bayesflow.errors import BayesflowError
 
 __all__ = [
-    "DEBUG", "FORCE_OPTION", "OUT_OPTION", "OVERRIDES_ARGUMENT", "REGISTRIES", "SPEC_ARGUMENT",
+    "DEBUG", "FORCE_OPTION", "OUT_OPTION", "TRACKING_URI_OPTION", "OVERRIDES_ARGUMENT", "REGISTRIES", "SPEC_ARGUMENT",
     "app", "console", "guarded", "load", "output", "print_table",
 ]
 
 REGISTRIES = "Registries: what a spec can name"
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Declarative workflows for tempered Bayesian deep learning posteriors.",
@@ -46,6 +46,11 @@ OVERRIDES_ARGUMENT = typer.Argument(
 )
 FORCE_OPTION = typer.Option(
     None, "--force", help="Rerun stages whose name matches this glob (repeatable; `*` for all)."
+)
+TRACKING_URI_OPTION = typer.Option(
+    None, "--tracking-uri",
+    help="The MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).",
+    show_default=False,
 )
 OUT_OPTION = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout.")
 
@@ -111,9 +116,24 @@ def print_table(renderable: Any) -> None:
         Console(width=1_000, soft_wrap=True).print(renderable)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("bayesflow-workflows")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            number = "unknown (not installed)"
+        output.print(f"bayesflow {number}", markup=False, highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(
     debug: bool = typer.Option(False, "--debug", help="Show Python tracebacks of errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Declarative workflows for tempered Bayesian deep learning posteriors."""
     DEBUG["on"] = debug

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import typer
 
-from bayesflow.cli.app import app, console, guarded, output
+from bayesflow.errors import UsageError
+
+from bayesflow.cli.app import TRACKING_URI_OPTION, app, console, guarded, output
 
 __all__ = ["report", "ui"]
 
@@ -25,7 +27,7 @@ def report(
         help="Compare two or more runs of a workflow (e.g. before and after a change of "
         "prior): metrics against temperature per run and method, and their differences.",
     ),
-    tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="The MLflow store."),
+    tracking_uri: str | None = TRACKING_URI_OPTION,
     output_dir: Path | None = typer.Option(None, "--output-dir", help="Folder of reports (default: the spec's)."),
 ) -> None:
     """Re-render a run's report from its stored results, without refitting anything;
@@ -49,16 +51,40 @@ def report(
     output.print(f"report: {html}")
 
 
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port the UI could not serve on, before handing over to MLflow (which would
+    otherwise report the clash after this process has already been replaced)."""
+    import socket
+
+    try:
+        with socket.create_server((host, port), reuse_port=False):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"cannot serve the UI on {host}:{port}: {error.strerror or error}; "
+            "pick a free port with --port (or another --host)"
+        ) from None
+
+
 @app.command()
 @guarded
 def ui(
-    tracking_uri: str = typer.Option("sqlite:///mlflow.db", "--tracking-uri", help="The MLflow store."),
-    port: int = typer.Option(5000, "--port", help="Port of the UI."),
+    tracking_uri: str | None = TRACKING_URI_OPTION,
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to serve on (0.0.0.0 serves every interface)."
+    ),
+    port: int = typer.Option(5000, "--port", min=1, max=65535, help="Port of the UI."),
 ) -> None:
-    """Open the MLflow UI on the bayesflow store (`run`'s default)."""
-    from bayesflow.tracking import resolve_tracking_uri
+    """Open the MLflow UI on the bayesflow store (`run`'s default); exits 2 when the
+    address cannot be served."""
+    from bayesflow.tracking.mlflow_tracker import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, Path.cwd())
-    console.print(f"MLflow UI on {uri} at http://127.0.0.1:{port}")
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--port", str(port)]
+    _check_port(host, port)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    console.print(f"MLflow UI on {uri} at http://{shown}:{port}/#/experiments", highlight=False)
+    command = [
+        sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+        "--host", host, "--port", str(port),
+    ]
     os.execv(sys.executable, command)

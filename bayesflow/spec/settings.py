@@ -105,10 +105,11 @@ class ReportSpec(Strict):
 class TrackingSpec(Strict):
     """Where runs are tracked."""
 
-    uri: str = Field(
-        "sqlite:///mlflow.db",
+    uri: str | None = Field(
+        None,
         description="MLflow tracking URI; a relative SQLite path is taken from the "
-        "working directory.",
+        "working directory. Null uses the `MLFLOW_TRACKING_URI` environment variable when "
+        "it is set, else `sqlite:///mlflow.db`.",
     )
     experiment: str | None = Field(None, description="MLflow experiment; defaults to the workflow name.")
 

@@ -33,12 +33,18 @@ __all__ = ["ARTIFACT_FOLDER", "MlflowTracker", "resolve_tracking_uri"]
 
 ARTIFACT_FOLDER = "mlartifacts"
 _SQLITE_PREFIX = "sqlite:///"
+# Where runs go when neither the spec, the command line nor MLFLOW_TRACKING_URI says.
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 # MLflow's largest page of search results (SEARCH_MAX_RESULTS_THRESHOLD).
 _PAGE_SIZE = 50_000
 
 
-def resolve_tracking_uri(uri: str, base: Path) -> str:
+def resolve_tracking_uri(uri: str | None, base: Path) -> str:
     """Make a tracking URI independent of the working directory.
+
+    No URI (a spec's `tracking.uri: null`, no `--tracking-uri`) means MLflow's own
+    ``MLFLOW_TRACKING_URI`` environment variable when it is set, else
+    ``sqlite:///mlflow.db`` in the working directory.
 
     ``sqlite:///mlflow.db`` names a path relative to the working directory; it becomes
     ``sqlite:////<base>/mlflow.db``. A plain relative or absolute path becomes a
@@ -49,6 +55,8 @@ def resolve_tracking_uri(uri: str, base: Path) -> str:
         uri: the tracking URI as a user wrote it.
         base: the folder relative paths are taken from (usually the working directory).
     """
+    if uri is None:
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     if uri.startswith(_SQLITE_PREFIX):
         database = uri[len(_SQLITE_PREFIX) :]
         if not database or database.startswith("/") or database == ":memory:":
