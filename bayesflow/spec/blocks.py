@@ -20,6 +20,10 @@ from pydantic import (
 
 from bayesflow.spec.strict import Strict
 
+# What a dataset feeds a model (``INPUTS`` of a data spec: numeric ``features``, integer
+# ``tokens``, or ``none``) and what a model can read (``ACCEPTS`` of a model spec); the
+# spec's cross-key checks refuse a pair that would fail at run time.
+
 __all__ = ["DataSpec", "ImdbSpec", "LikelihoodSpec", "ModelSpec", "PriorSpec"]
 
 # ----------------------------------------------------------------------------- data
@@ -29,6 +33,7 @@ class SklearnDigitsSpec(Strict):
     """scikit-learn's 8×8 digits (1,797 images, 10 classes), shipped with scikit-learn."""
 
     name: Literal["sklearn_digits"] = Field(description="Registry name of the dataset.")
+    INPUTS: ClassVar[str] = "features"
     test_fraction: float = Field(0.5, gt=0, lt=1, description="Share of points held out for testing.")
     split_seed: int = Field(0, description="Seed of the stratified train/test split.")
     standardize: bool = Field(True, description="Scale pixel values to [0, 1].")
@@ -68,6 +73,7 @@ class CsvSpec(Strict):
     """A CSV file with a header row: numeric feature columns and one target column."""
 
     name: Literal["csv"] = Field(description="Registry name of the dataset.")
+    INPUTS: ClassVar[str] = "features"
     path: str = Field(
         description="Path of the CSV file (relative to the spec file), or `package:NAME` "
         "for a file shipped with bayesflow (e.g. `package:pima_indians_diabetes.csv`)."
@@ -89,6 +95,7 @@ class ImdbSpec(Strict):
     """
 
     name: Literal["imdb"] = Field(description="Registry name of the dataset.")
+    INPUTS: ClassVar[str] = "tokens"
     path: str = Field(
         "package:imdb",
         description="Folder holding the reviews (relative to the spec file): "
@@ -140,6 +147,7 @@ class NoDataSpec(Strict):
     the `double_well` model."""
 
     name: Literal["none"] = Field(description="Registry name of the dataset.")
+    INPUTS: ClassVar[str] = "none"
 
 
 DataSpec = Annotated[
@@ -153,6 +161,7 @@ class MLPSpec(Strict):
     """A multi-layer perceptron."""
 
     name: Literal["mlp"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"features", "tokens"})
     hidden: list[PositiveInt] = Field([64], description="Widths of the hidden layers.")
     activation: Literal["relu", "tanh", "gelu"] = Field("relu", description="Hidden activation.")
 
@@ -161,6 +170,7 @@ class LinearSpec(Strict):
     """A linear map from features to outputs (linear regression with `gaussian`)."""
 
     name: Literal["linear"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"features", "tokens"})
     bias: bool = Field(True, description="Include an intercept.")
 
 
@@ -168,6 +178,7 @@ class LogisticSpec(Strict):
     """Logistic regression: one linear output read as a logit (use with `bernoulli`)."""
 
     name: Literal["logistic"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"features", "tokens"})
     bias: bool = Field(True, description="Include an intercept.")
 
 
@@ -176,6 +187,7 @@ class CNNSpec(Strict):
     blocks and a linear head named `fc`."""
 
     name: Literal["cnn"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"features", "tokens"})
     image_shape: list[PositiveInt] | None = Field(
         None,
         min_length=3,
@@ -200,6 +212,7 @@ class CNNLSTMSpec(Strict):
     Inputs are integer token ids, one padded sequence per example."""
 
     name: Literal["cnn_lstm"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"tokens"})
     vocabulary_size: PositiveInt = Field(
         20_000, description="Number of token ids; inputs must lie in [0, vocabulary_size)."
     )
@@ -220,6 +233,7 @@ class PythonModelSpec(Strict):
     model_config = ConfigDict(extra="allow")
 
     name: Literal["python"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"features", "tokens", "none"})
     python: str = Field(
         description="`package.module:factory`. bayesflow imports the module (from the working "
         "directory or the installed packages) and calls `factory(num_features=..., "
@@ -256,6 +270,7 @@ class DoubleWellSpec(Strict):
     inputs); use with the `energy` likelihood and `none` data. Its modes are (±1, 0)."""
 
     name: Literal["double_well"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"none"})
     barrier: PositiveFloat = Field(
         4.0,
         description="b, the height of the barrier between the modes: at T = 1 a chain "

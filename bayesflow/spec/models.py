@@ -25,8 +25,14 @@ class WorkflowSpec(Strict):
     """A bayesflow workflow."""
 
     name: str = Field(
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description="Workflow name: letters, digits, `_`, `-`, `.`; names the MLflow experiment.",
+        # The name becomes folder and file names (reports/<name>/, the cache index): it
+        # must not start with `.` or `-` (no `..`, no hidden files, no options) and must
+        # stay well under the usual 255-byte file-name limit.
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        max_length=100,
+        description="Workflow name: letters, digits, `_`, `-`, `.`, starting with a letter, "
+        "digit or `_`, at most 100 characters; names the MLflow experiment and the report "
+        "folder.",
     )
     description: str = Field("", description="What the workflow studies and why.")
     data: DataSpec = Field(description="Training and test data.")

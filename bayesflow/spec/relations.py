@@ -26,7 +26,7 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
     Runs on the unvalidated data so that these are reported together with every
     per-field problem, not only once the rest of the spec is valid.
     """
-    problems = _vocabulary_problems(data)
+    problems = _vocabulary_problems(data) + _input_problems(data)
     methods = data.get("methods") if isinstance(data, dict) else None
     if not isinstance(methods, dict):
         return problems
@@ -137,3 +137,46 @@ def _cycles(methods: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
 def _source(methods: dict[str, Any], name: str) -> Any:
     method = methods.get(name)
     return method.get("from") if isinstance(method, dict) else None
+
+
+def _member(union: Any, name: Any) -> Any:
+    """The member of a ``name``-discriminated union called ``name``, or None."""
+    from bayesflow.spec.errors import union_members
+
+    for member in union_members(union):
+        field = member.model_fields.get("name")
+        if field is not None and name in getattr(field.annotation, "__args__", ()):
+            return member
+    return None
+
+
+def _input_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
+    """The model must be able to read what the data give it (a text model needs tokens)."""
+    from bayesflow.spec.blocks import DataSpec, ModelSpec
+
+    if not isinstance(data, dict):
+        return []
+    dataset, model = data.get("data"), data.get("model")
+    if not isinstance(dataset, dict) or not isinstance(model, dict):
+        return []
+    source, reader = _member(DataSpec, dataset.get("name")), _member(ModelSpec, model.get("name"))
+    if source is None or reader is None or source.INPUTS in reader.ACCEPTS:
+        return []
+    fits = sorted(
+        name for name in _union_names(ModelSpec) if source.INPUTS in _member(ModelSpec, name).ACCEPTS
+    )
+    return [(("model", "name"),
+             f"{model.get('name')} reads {' or '.join(sorted(reader.ACCEPTS))} inputs, but data "
+             f"{dataset.get('name')!r} gives {source.INPUTS}; use a model that reads "
+             f"{source.INPUTS} ({', '.join(fits)}) or other data")]
+
+
+def _union_names(union: Any) -> list[str]:
+    """Every ``name`` the members of a union answer to."""
+    from bayesflow.spec.errors import union_members
+
+    return [
+        name for member in union_members(union)
+        for name in getattr(member.model_fields["name"].annotation, "__args__", ())
+    ]
+
