@@ -231,7 +231,7 @@ def test_missing_required_key(tmp_path: Path) -> None:
         ("  hidden: [8]", "  hidden: 8", "8:3: model.hidden: expected a list, got 8"),
         ("model:\n  name: mlp\n  hidden: [8]", "model: mlp", "6:1: model: expected a mapping, got 'mlp'"),
         ("  test_fraction: 0.5", "  test_fraction: 2", "5:3: data.test_fraction: expected a value less than 1, got 2"),
-        ("name: tiny", "name: 'a b'", "1:1: name: expected a string matching '^[A-Za-z0-9_.-]+$', got 'a b'"),
+        ("name: tiny", "name: 'a b'", "1:1: name: expected a string matching '^[A-Za-z0-9_][A-Za-z0-9_.-]*$', got 'a b'"),
     ],
     ids=["word-for-int", "float-for-int", "zero-epochs", "negative-temperature",
          "duplicate-temperature", "empty-grid", "infinite-temperature", "scalar-for-list",

@@ -24,7 +24,7 @@ def test_tiny_spec_loads(tiny_spec: Path) -> None:
     loaded = load_spec(tiny_spec)
     assert loaded.spec.methods["laplace"].from_ == "map"
     assert loaded.spec.evaluate.ece_bins == 10
-    assert loaded.spec.tracking.uri == "sqlite:///mlflow.db"
+    assert loaded.spec.tracking.uri is None  # MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
 
 
 def test_every_workflow_validates() -> None:
