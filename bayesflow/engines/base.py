@@ -36,6 +36,7 @@ __all__ = [
     "Problem",
     "check_dense_dimension",
     "covariance_root",
+    "dense_inverse",
     "linearized_outputs",
 ]
 
@@ -230,6 +231,28 @@ def check_dense_dimension(engine: str, problem: Problem, diagonal: str) -> None:
             f"hold a d × d covariance and are limited to d ≤ {DENSE_DIMENSION_LIMIT:,}; "
             f"use `{diagonal}`, or infer a subset of the parameters with `parameters: [...]`"
         )
+
+
+def dense_inverse(name: str, precision: Tensor) -> Tensor:
+    """``precision⁻¹`` by Cholesky, symmetrised; an error that says what to do if not PD.
+
+    Shared by the dense Laplace approximations and the dense extended Kalman filter.
+
+    Raises:
+        StageError: when ``precision`` is not positive definite.
+    """
+    precision = 0.5 * (precision + precision.T)
+    factor, info = torch.linalg.cholesky_ex(precision)
+    if int(info) != 0:
+        raise StageError(
+            f"{name}: the posterior precision is not positive definite (its leading minor "
+            f"of order {int(info)} is not positive): the starting point is not a mode, or "
+            "the data and the prior leave a direction unconstrained. Fit the `from` method "
+            "longer, use a proper prior (`prior: {name: diag_normal}`), or use a GGN or "
+            "Fisher curvature, which is positive semi-definite everywhere."
+        )
+    inverse = torch.cholesky_inverse(factor)
+    return 0.5 * (inverse + inverse.T)
 
 
 class Engine(NamedTuple):
