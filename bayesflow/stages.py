@@ -426,7 +426,7 @@ class StageRunner:
         """A Laplace fit at one temperature from a shared curvature pass: no data pass."""
         import torch
 
-        from bayesflow.engines.laplace import LaplaceState
+        from bayesflow.methods.laplace import LaplaceState
 
         problem, _, tempering = self._problem(stage)
         arrays = np.load(source.file(CURVATURE_FILE))
