@@ -1,19 +1,37 @@
-"""Optimisation: maximum a posteriori (``map``) and maximum likelihood (``mle``).
+"""Point estimates by optimisation: maximum a posteriori (``map``) and likelihood (``mle``).
 
-One fit serves every temperature: the mode of p(θ|D)^(1/T) does not move with T when
-likelihood and prior are tempered together, and maximum likelihood ignores T. Both
-provide the mode a Laplace method starts ``from``.
+Both engines run a torchopt functional optimiser on the flat parameter vector θ and
+minimise the negative per-datum log posterior of :mod:`bayesflow.temperature`::
+
+    loss(θ; batch) = −f(θ; batch) = −mean log p(yᵢ|xᵢ,θ) − c · log p(θ) / N
+
+with ``c = tempering.prior_weight`` for ``map`` (1 when the whole posterior is tempered,
+``T`` when only the likelihood is) and ``c = 0`` for ``mle``. The mode of the tempered
+target ``exp(f / 𝒯)`` does not depend on 𝒯, so the temperature enters only through
+``c``: one fit serves every temperature (``map`` under the posterior convention, ``mle``
+always). The posterior is a point mass, ``Posterior(mean=θ, var=0)``, the mode a
+Laplace method starts ``from``.
+
+The optimisers and schedules are those of :mod:`bayesflow.engines.optimize` (torchopt;
+Ren et al., 2023, https://arxiv.org/abs/2211.06934).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import Field, PositiveInt
 
 from bayesflow.methods.base import Method, MethodBase, OptimizerSpec, Traits
 
-__all__ = ["METHODS", "OptimizeSpec"]
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from bayesflow.engines.base import Batch, Engine, Problem
+    from bayesflow.temperature import Tempering
+
+__all__ = ["METHODS", "OptimizeSpec", "OptimizeState", "build", "build_map", "build_mle"]
 
 
 class OptimizeSpec(MethodBase):
@@ -32,15 +50,81 @@ class OptimizeSpec(MethodBase):
     )
 
 
+def build(problem: Problem, prior_weight: float, config: OptimizeSpec) -> Engine:
+    """Gradient descent on ``−f(θ) = −mean log p(y|x,θ) − prior_weight · log p(θ) / N``.
+
+    Args:
+        problem: the model, likelihood, prior and data size.
+        prior_weight: ``c``, the weight of the prior term (0 for maximum likelihood).
+        config: the method's spec (optimiser, epochs, batch size).
+    """
+    import torch
+    import torchopt
+    from torch.func import grad_and_value
+
+    from bayesflow.engines.base import Engine, Posterior
+    from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
+
+    total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
+    optimizer = build_optimizer(config.optimizer, total_steps)
+
+    def loss_fn(params: Tensor, batch: Batch) -> Tensor:
+        return -problem.log_posterior(params, batch, prior_weight=prior_weight)
+
+    def init(params: Tensor, generator: torch.Generator) -> OptimizeState:
+        # The optimisation is deterministic given the batches; the generator is unused.
+        params = params.detach().clone()
+        return OptimizeState(params, optimizer.init(params), 0)
+
+    def update(state: OptimizeState, batch: Batch) -> tuple[OptimizeState, dict[str, Tensor]]:
+        grads, loss = grad_and_value(loss_fn)(state.params, batch)
+        updates, optimizer_state = optimizer.update(
+            grads, state.optimizer, params=state.params, inplace=False
+        )
+        params = torchopt.apply_updates(state.params, updates, inplace=False)
+        return OptimizeState(params, optimizer_state, state.step + 1), {"loss": loss.detach()}
+
+    def posterior(state: OptimizeState) -> Posterior:
+        return Posterior(mean=state.params, var=torch.zeros_like(state.params))
+
+    return Engine(init, update, posterior, config.epochs, config.batch_size)
+
+
+def build_map(problem: Problem, tempering: Tempering, config: OptimizeSpec) -> Engine:
+    """Maximum a posteriori estimate by optimisation (a point mass at the mode)."""
+    return build(problem, tempering.prior_weight, config)
+
+
+def build_mle(problem: Problem, tempering: Tempering, config: OptimizeSpec) -> Engine:
+    """Maximum likelihood estimate by optimisation (the prior is ignored)."""
+    return build(problem, 0.0, config)
+
+
+class OptimizeState(NamedTuple):
+    """The state of a point-estimate fit.
+
+    Attributes:
+        params: the current estimate θ (d,).
+        optimizer: torchopt's optimiser state.
+        step: update steps taken.
+    """
+
+    params: Tensor
+    optimizer: Any
+    step: int
+
+
 METHODS = (
     Method(
         "map", OptimizeSpec,
         Traits(shares_temperature="posterior", provides_mode=True, posterior="point"),
-        "bayesflow.engines.optimize:build_map", label="MAP",
+        build_map, label="MAP",
     ),
     Method(
         "mle", OptimizeSpec,
-        Traits(shares_temperature="always", provides_mode=True, posterior="point", uses_prior=False),
-        "bayesflow.engines.optimize:build_mle", label="MLE",
+        Traits(
+            shares_temperature="always", provides_mode=True, posterior="point", uses_prior=False
+        ),
+        build_mle, label="MLE",
     ),
 )
