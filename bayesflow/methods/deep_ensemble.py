@@ -1,15 +1,43 @@
-"""Deep ensembles: K optimisation runs at once, the T = 0 limit of parallel SGHMC.
+"""Deep ensembles (``deep_ensemble``): K optimisation runs at once.
+
+A deep ensemble (Lakshminarayanan et al., 2017, https://arxiv.org/abs/1612.01474) is K
+independent fits of the network from K random initialisations; its members are
+``Posterior(samples=(K, d))``. Each member minimises the negative per-datum log
+posterior of :mod:`bayesflow.temperature`, as ``map`` does::
+
+    loss_k(θ_k; batch) = −f(θ_k; batch) = −mean log p(yᵢ|xᵢ,θ_k) − c · log p(θ_k) / N
+
+The K members are one (K, d) tensor: their gradients are ``vmap(grad(f))`` over the
+member axis, and the torchopt optimisers (sgd, adam, adamw: element-wise rules) update
+the stacked tensor exactly as they would each member alone, so there is no Python loop
+over members. All members see the same minibatches.
+
+Temperature: as for ``map``, the temperature enters only through the prior weight c (1
+when the whole posterior is tempered, T when only the likelihood is), so one fit serves
+every temperature under the posterior convention. A deep ensemble is the T = 0 limit of
+parallel SGHMC (Duffield et al., 2025, https://arxiv.org/abs/2406.00104): member 0
+starts from the parameters given to ``init`` and members 1…K−1 from
+``problem.init_params`` draws, exactly where ``sghmc`` with ``chains: K`` starts its
+chains under the same seed (:func:`bayesflow.engines.sgmcmc.chain_starts`), so the two
+can be compared member by member.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import Field, PositiveInt
 
 from bayesflow.methods.base import Method, MethodBase, OptimizerSpec, Traits
 
-__all__ = ["METHODS", "DeepEnsembleSpec"]
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from bayesflow.engines.base import Batch, Engine, Problem
+    from bayesflow.temperature import Tempering
+
+__all__ = ["METHODS", "DeepEnsembleSpec", "DeepEnsembleState", "build"]
 
 
 class DeepEnsembleSpec(MethodBase):
@@ -22,10 +50,69 @@ class DeepEnsembleSpec(MethodBase):
     batch_size: PositiveInt | None = Field(128, description="Minibatch size; null for full batch.")
 
 
+def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> Engine:
+    """K members, each minimising ``−f(θ_k)`` with the spec's torchopt optimiser.
+
+    Args:
+        problem: the model, likelihood, prior and data size.
+        tempering: the convention and temperature, which set the prior weight c.
+        config: the method's spec (members, optimiser, epochs, batch size).
+    """
+    import torchopt
+    from torch.func import grad_and_value, vmap
+
+    from bayesflow.engines.base import Engine, Posterior
+    from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
+    from bayesflow.engines.sgmcmc import chain_starts
+
+    total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
+    optimizer = build_optimizer(config.optimizer, total_steps)
+    prior_weight = tempering.prior_weight
+
+    def loss_fn(params: Tensor, batch: Batch) -> Tensor:
+        return -problem.log_posterior(params, batch, prior_weight=prior_weight)
+
+    gradient = vmap(grad_and_value(loss_fn), in_dims=(0, None))
+
+    def init(params: Tensor, generator: torch.Generator) -> DeepEnsembleState:
+        members = chain_starts(problem, params, config.members, generator)
+        return DeepEnsembleState(members, optimizer.init(members), 0)
+
+    def update(
+        state: DeepEnsembleState, batch: Batch
+    ) -> tuple[DeepEnsembleState, dict[str, Tensor]]:
+        grads, losses = gradient(state.params, batch)
+        updates, optimizer_state = optimizer.update(
+            grads, state.optimizer, params=state.params, inplace=False
+        )
+        params = torchopt.apply_updates(state.params, updates, inplace=False)
+        new_state = DeepEnsembleState(params, optimizer_state, state.step + 1)
+        return new_state, {"loss": losses.mean().detach()}
+
+    def posterior(state: DeepEnsembleState) -> Posterior:
+        return Posterior(samples=state.params)
+
+    return Engine(init, update, posterior, config.epochs, config.batch_size)
+
+
+class DeepEnsembleState(NamedTuple):
+    """The state of K ensemble members.
+
+    Attributes:
+        params: θ of every member (K, d).
+        optimizer: torchopt's optimiser state over the stacked members.
+        step: update steps taken.
+    """
+
+    params: Tensor
+    optimizer: Any
+    step: int
+
+
 METHODS = (
     Method(
         "deep_ensemble", DeepEnsembleSpec,
         Traits(shares_temperature="posterior", vectorizes=frozenset({"chains"})),
-        "bayesflow.engines.deep_ensemble:build",
+        build,
     ),
 )
