@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from bayesflow.engines.base import Posterior
-from bayesflow.engines.vi_dense import cholesky_factor, dense_entropy
 from bayesflow.errors import StageError
 from bayesflow.likelihoods import gaussian
 from bayesflow.methods import METHODS
+from bayesflow.methods.vi import DENSE, DIAGONAL, Family, cholesky_factor, entropy
 from bayesflow.models import linear
 from bayesflow.priors import diag_normal, none
 from bayesflow.problem import build_problem
@@ -55,29 +55,52 @@ def test_vi_dense_recovers_the_full_covariance(
     torch.testing.assert_close(posterior.cov, target.cov, rtol=0, atol=0.01 * float(sd.min()) ** 2)
 
 
-def test_stick_the_landing_detaches_mean_and_factor() -> None:
-    """With draws held fixed, the STL entropy has no gradient in the mean or the factor."""
+# Both covariance families: the scale S is ρ (d,) for the diagonal one, A (d, d) for the
+# dense one; the closed-form entropy Σ log diag L + const has gradient 1 on the entries of
+# S that hold log diag L, and 0 elsewhere and in μ.
+FAMILIES = [(DIAGONAL, (3,), torch.ones(3)), (DENSE, (3, 3), torch.eye(3))]
+
+
+@pytest.mark.parametrize(("family", "shape", "expected"), FAMILIES, ids=["diagonal", "dense"])
+def test_stick_the_landing_detaches_mean_and_scale(
+    family: Family, shape: tuple[int, ...], expected: torch.Tensor
+) -> None:
+    """With draws held fixed, the STL entropy has no gradient in the mean or the scale."""
     mean = torch.randn(3, dtype=torch.float64, requires_grad=True)
-    factor = (0.1 * torch.randn(3, 3, dtype=torch.float64)).requires_grad_()
+    scale = (0.1 * torch.randn(shape, dtype=torch.float64)).requires_grad_()
     draws = torch.randn(5, 3, dtype=torch.float64)
-    entropy = dense_entropy(mean, factor, draws, stick_the_landing=True)
-    assert entropy.requires_grad is False
+    estimate = entropy(family, mean, scale, draws, stick_the_landing=True)
+    assert estimate.requires_grad is False
 
 
-def test_stick_the_landing_is_unbiased() -> None:
+@pytest.mark.parametrize(("family", "shape", "expected"), FAMILIES, ids=["diagonal", "dense"])
+def test_stick_the_landing_is_unbiased(
+    family: Family, shape: tuple[int, ...], expected: torch.Tensor
+) -> None:
     """Through the draws, the STL gradient averages to the closed-form entropy gradient."""
     generator = torch.Generator().manual_seed(0)
     mean = torch.randn(3, generator=generator, dtype=torch.float64).requires_grad_()
-    factor = 0.3 * torch.randn(3, 3, generator=generator, dtype=torch.float64)
-    factor.requires_grad_()
+    scale = 0.3 * torch.randn(shape, generator=generator, dtype=torch.float64)
+    scale.requires_grad_()
     noise = torch.randn(200_000, 3, generator=generator, dtype=torch.float64)
-    draws = mean + noise @ cholesky_factor(factor).T
-    dense_entropy(mean, factor, draws, stick_the_landing=True).backward()
-    assert mean.grad is not None and factor.grad is not None
-    # H = Σ diag(A) + const: gradient 1 on A's diagonal, 0 elsewhere and in μ.
+    draws = mean + family.times_factor(scale, noise)
+    entropy(family, mean, scale, draws, stick_the_landing=True).backward()
+    assert mean.grad is not None and scale.grad is not None
     torch.testing.assert_close(mean.grad, torch.zeros(3, dtype=torch.float64), rtol=0, atol=0.02)
-    expected = torch.tril(torch.eye(3, dtype=torch.float64))
-    torch.testing.assert_close(torch.tril(factor.grad), expected, rtol=0, atol=0.02)
+    torch.testing.assert_close(scale.grad, expected.double(), rtol=0, atol=0.02)
+
+
+def test_closed_form_entropy_is_the_gaussian_entropy() -> None:
+    """Without STL, both families give the entropy of N(μ, L Lᵀ), ½ log det(2πe L Lᵀ)."""
+    generator = torch.Generator().manual_seed(0)
+    factor = 0.3 * torch.randn(3, 3, generator=generator, dtype=torch.float64)
+    lower = cholesky_factor(factor)
+    mean, draws = torch.zeros(3, dtype=torch.float64), torch.zeros(1, 3, dtype=torch.float64)
+    exact = torch.distributions.MultivariateNormal(mean, scale_tril=lower).entropy()
+    torch.testing.assert_close(entropy(DENSE, mean, factor, draws, False), exact)
+    log_sd = factor.diagonal()
+    exact = torch.distributions.Normal(mean, log_sd.exp()).entropy().sum()
+    torch.testing.assert_close(entropy(DIAGONAL, mean, log_sd, draws, False), exact)
 
 
 @pytest.mark.parametrize(("temperature", "convention"), WARM_AND_COLD)
