@@ -1,13 +1,14 @@
 """What every SG-MCMC sampler shares: chains, step sizes, noise, collection.
 
-The samplers (:mod:`sgld`, :mod:`sghmc`, :mod:`sgnht`, :mod:`baoa`) differ only in their
-update rule. :func:`build_chains` binds the rest once, from the method's spec:
+The samplers (:mod:`bayesflow.methods.sgld`, ``sghmc``, ``sgnht``, ``baoa``) differ only in
+their update rule. :func:`build_chains` binds the rest once, from the method's spec:
 
 - **chains**: ``chains: K`` runs K chains as one (K, d) tensor; the gradient of the
   per-datum log posterior f is ``vmap(grad_and_value(f))`` over the chain axis, so there
   is no Python loop over chains. Chain 0 starts from the parameters given to ``init``;
   chains 1…K−1 from fresh ``problem.init_params`` draws (so parallel chains start apart,
-  as the members of a deep ensemble do; :mod:`deep_ensemble` starts the same way).
+  as the members of a deep ensemble do; :mod:`bayesflow.methods.deep_ensemble` starts
+  the same way).
 - **temperature**: every sampler targets ``exp(f/𝒯)`` with 𝒯 = T / N
   (:mod:`bayesflow.temperature`); momenta start from N(0, 𝒯 I) and the injected noise
   variance is proportional to 𝒯. At T = 0 there is no noise, momenta start at 0, and each

@@ -12,7 +12,6 @@ function (``build(problem, tempering, config) -> Engine``, torch imported inside
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -96,15 +95,15 @@ class Method:
         spec: the pydantic model of its settings (its ``engine`` field is a Literal that
             holds ``name``).
         traits: what the rest of bayesflow needs to know about it.
-        build: ``build(problem, tempering, config) -> Engine``, or the dotted path
-            ``"package.module:function"`` of one, imported when first used.
+        build: ``build(problem, tempering, config) -> Engine``, a function of the method's
+            own module that imports torch when called.
         label: how figures and tables name it (default: the name).
     """
 
     name: str
     spec: type[Strict]
     traits: Traits
-    build: Callable[..., Any] | str
+    build: Callable[..., Any]
     label: str = ""
     module: str = field(default="", compare=False)
 
@@ -119,11 +118,8 @@ class Method:
         return self.label or self.name
 
     def builder(self) -> Callable[..., Any]:
-        """The ``build`` function (imports its module when given as a dotted path)."""
-        if callable(self.build):
-            return self.build
-        module, _, function = self.build.partition(":")
-        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+        """The ``build`` function."""
+        return self.build
 
 
 # ------------------------------------------------------------------ shared spec fields

@@ -1,4 +1,4 @@
-"""Fixtures shared by the engine tests: one thread, and the regression problem."""
+"""Fixtures shared by the engine tests: one thread, the regression and the conformance problem."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from tests.engines.helpers import Regression, make_regression
+from bayesflow.engines.base import Problem
+from bayesflow.engines.fit import fit
+from tests.engines.helpers import (
+    CONFORMANCE_DATA,
+    Regression,
+    build_engine,
+    conformance_problem,
+    make_regression,
+)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -23,3 +31,29 @@ def one_thread() -> Iterator[None]:
 def regression() -> Regression:
     """A float64 linear regression problem, its inputs (N, 3) and targets (N,)."""
     return make_regression()
+
+
+@pytest.fixture(scope="session")
+def problem() -> Problem:
+    """The conformance problem: a tiny three-class MLP."""
+    return conformance_problem()
+
+
+@pytest.fixture(scope="session")
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    """The conformance data: inputs (N, 2) and class labels (N,)."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(CONFORMANCE_DATA, 2, generator=generator)
+    targets = torch.randint(0, 3, (CONFORMANCE_DATA,), generator=generator)
+    return inputs, targets
+
+
+@pytest.fixture(scope="session")
+def mode(problem: Problem, data: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The MAP of the conformance problem, where methods that need a mode start (as
+    `from: map` does)."""
+    engine = build_engine("map", problem, epochs=300, batch_size=None, optimizer={"lr": 0.05})
+    generator = torch.Generator().manual_seed(0)
+    posterior = fit(engine, problem.init_params(generator), *data, generator).posterior
+    assert posterior.mean is not None
+    return posterior.mean

@@ -15,14 +15,14 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from bayesflow.engines.base import Posterior, Problem
+from bayesflow.engines.base import Engine, Posterior, Problem
 from bayesflow.engines.fit import fit
-from bayesflow.likelihoods import gaussian
+from bayesflow.likelihoods import categorical, gaussian
 from bayesflow.methods import METHODS
-from bayesflow.models import linear
+from bayesflow.models import linear, mlp
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
-from bayesflow.temperature import Tempering
+from bayesflow.temperature import ChainTempering, Tempering
 
 NUM_DATA, NOISE_SD, PRIOR_VARIANCE = 200, 0.5, 2.0
 COLD = 0.1
@@ -141,8 +141,9 @@ def sample_standard_gaussian(name: str, temperature: float, **config: Any) -> Te
     return samples
 
 
-# A few cheap steps of every engine on the conformance suite's 24 points in minibatches of
-# 8; each engine joins the suite (test_conformance, test_device) by adding a line here.
+# The conformance table: a few cheap steps of every method on the conformance problem's 24
+# points in minibatches of 8. A method joins the suites parametrized over every registered
+# method (test_conformance, test_traits, test_device) by adding its row here.
 SAMPLER = {"epochs": 2, "batch_size": 8, "chains": 3, "burn_in": 1, "thin": 2}
 SMALL_CONFIGS: dict[str, dict[str, Any]] = {
     "map": {"epochs": 2, "batch_size": 8},
@@ -163,11 +164,63 @@ SMALL_CONFIGS: dict[str, dict[str, Any]] = {
     "baoa": {**SAMPLER, "keep": "last"},
     "nuts": {"warmup": 4, "num_samples": 3, "chains": 2},
 }
-# Engines that refuse T = 0 (the tempered posterior is a point mass there).
-POSITIVE_TEMPERATURE = {"nuts"}
 
 
 def make_config(name: str, **overrides: Any) -> Any:
     """The small spec model of engine ``name``."""
     values = {"engine": name, **SMALL_CONFIGS[name], **overrides}
     return METHODS.get(name).spec.model_validate(values)
+
+
+# The conformance problem: a tiny three-class MLP on 24 points (fixtures in conftest.py).
+CONFORMANCE_DATA = 24
+
+
+def conformance_problem(prior_variance: float = 1.0) -> Problem:
+    """A tiny three-class MLP problem with a diagonal normal prior."""
+    model = mlp(2, 3, hidden=[5], activation="tanh")
+    return build_problem(model, categorical(), diag_normal(prior_variance), CONFORMANCE_DATA)
+
+
+def build_engine(
+    name: str,
+    problem: Problem,
+    temperature: float | Tempering | ChainTempering = 1.0,
+    convention: str = "posterior",
+    **overrides: Any,
+) -> Engine:
+    """Build engine ``name`` from its small config at ``temperature`` (or a tempering)."""
+    tempering = temperature
+    if isinstance(temperature, float | int):
+        tempering = Tempering(temperature, problem.num_data, convention)  # type: ignore[arg-type]
+    return METHODS.get(name).builder()(problem, tempering, make_config(name, **overrides))
+
+
+def starting_point(name: str, problem: Problem, mode: Tensor, generator: torch.Generator) -> Tensor:
+    """Where engine ``name`` starts: the mode when its traits say it needs one (as
+    ``from: map`` gives it), else the model's initialisation."""
+    return mode if METHODS.get(name).traits.needs_mode else problem.init_params(generator)
+
+
+def run_small(
+    name: str,
+    problem: Problem,
+    data: tuple[Tensor, Tensor],
+    mode: Tensor,
+    seed: int,
+    temperature: float = 1.0,
+    convention: str = "posterior",
+) -> Posterior:
+    """Fit engine ``name`` from its small config and starting point under ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    params = starting_point(name, problem, mode, generator)
+    engine = build_engine(name, problem, temperature, convention)
+    return fit(engine, params, *data, generator).posterior
+
+
+def tensors(posterior: Posterior) -> dict[str, Tensor]:
+    """The tensors a posterior holds, by field name."""
+    fields = ("samples", "mean", "var", "cov")
+    return {
+        name: getattr(posterior, name) for name in fields if getattr(posterior, name) is not None
+    }

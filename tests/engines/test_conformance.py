@@ -1,104 +1,50 @@
-"""Every registered engine honours the engine protocol (one suite for all of them)."""
+"""Every registered method honours the engine protocol (one suite for all of them).
+
+The suite is parametrized over the registry; a method joins it with its row of
+``SMALL_CONFIGS`` (:mod:`tests.engines.helpers`). What its traits claim is checked in
+:mod:`test_traits`.
+"""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 import torch
 
-from bayesflow.engines.base import Engine, Posterior, Problem
+from bayesflow.engines.base import Batch, Problem
 from bayesflow.engines.fit import fit
 from bayesflow.errors import DivergenceError, StageError
-from bayesflow.likelihoods import categorical, gaussian
+from bayesflow.likelihoods import gaussian
 from bayesflow.methods import METHODS
-from bayesflow.models import linear, mlp
+from bayesflow.models import linear
 from bayesflow.priors import diag_normal, none
 from bayesflow.problem import build_problem
 from bayesflow.temperature import Tempering
-from tests.engines.helpers import POSITIVE_TEMPERATURE, make_config
-
-NUM_DATA = 24
-
-
-@pytest.fixture(scope="module")
-def problem() -> Problem:
-    """A tiny three-class MLP problem."""
-    return build_problem(
-        mlp(2, 3, hidden=[5], activation="tanh"), categorical(), diag_normal(1.0), NUM_DATA
-    )
-
-
-@pytest.fixture(scope="module")
-def data() -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs (N, 2) and class labels (N,)."""
-    generator = torch.Generator().manual_seed(0)
-    inputs = torch.randn(NUM_DATA, 2, generator=generator)
-    targets = torch.randint(0, 3, (NUM_DATA,), generator=generator)
-    return inputs, targets
-
-
-@pytest.fixture(scope="module")
-def mode(problem: Problem, data: Any) -> torch.Tensor:
-    """The MAP of the tiny problem, where the Laplace engines start (as `from: map` does)."""
-    engine = build_engine("map", problem, epochs=300, batch_size=None, optimizer={"lr": 0.05})
-    generator = torch.Generator().manual_seed(0)
-    return fit(engine, problem.init_params(generator), *data, generator).posterior.mean
-
-
-def starting_point(
-    name: str, problem: Problem, mode: torch.Tensor, generator: torch.Generator
-) -> Any:
-    """Where engine ``name`` starts: the mode for Laplace, else the model's initialisation."""
-    return mode if METHODS.get(name).traits.needs_mode else problem.init_params(generator)
-
-
-def build_engine(name: str, problem: Problem, temperature: float = 1.0, **overrides: Any) -> Engine:
-    """Build engine ``name`` on ``problem`` at ``temperature``."""
-    tempering = Tempering(temperature, problem.num_data)
-    return METHODS.get(name).builder()(problem, tempering, make_config(name, **overrides))
-
-
-def run(
-    name: str, problem: Problem, data: Any, mode: torch.Tensor, seed: int, temperature: float = 1.0
-) -> Posterior:
-    """Fit engine ``name`` from its starting point under ``seed``."""
-    generator = torch.Generator().manual_seed(seed)
-    params = starting_point(name, problem, mode, generator)
-    engine = build_engine(name, problem, temperature)
-    return fit(engine, params, *data, generator).posterior
-
-
-def tensors(posterior: Posterior) -> dict[str, torch.Tensor]:
-    """The tensors a posterior holds, by field name."""
-    fields = ("samples", "mean", "var", "cov")
-    return {
-        name: getattr(posterior, name) for name in fields if getattr(posterior, name) is not None
-    }
-
-
-def test_every_spec_has_an_engine() -> None:
-    """The engine registry and the method specs name the same engines."""
-    assert set(METHODS.names()) == set(METHODS.names())
+from tests.engines.helpers import (
+    CONFORMANCE_DATA,
+    build_engine,
+    make_config,
+    run_small,
+    starting_point,
+    tensors,
+)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("name", METHODS.names())
 def test_round_trip(
-    name: str, temperature: float, problem: Problem, data: Any, mode: torch.Tensor
+    name: str, temperature: float, problem: Problem, data: Batch, mode: torch.Tensor
 ) -> None:
-    """init → update → posterior gives a finite loss and a finite posterior of the right shape."""
-    if temperature == 0 and name in POSITIVE_TEMPERATURE:
-        with pytest.raises(StageError, match="T = 0"):
-            build_engine(name, problem, temperature)
-        return
+    """init → update → posterior gives a finite loss and a finite posterior of the right shape
+    (at T = 0 for every method that allows it)."""
+    if temperature == 0 and METHODS.get(name).traits.positive_temperature:
+        pytest.skip("refuses T = 0 (its traits say so; test_traits checks the refusal)")
     engine = build_engine(name, problem, temperature)
     generator = torch.Generator().manual_seed(2)
     state = engine.init(
         starting_point(name, problem, mode, torch.Generator().manual_seed(1)), generator
     )
     inputs, targets = data
-    for start in range(0, NUM_DATA, 8):
+    for start in range(0, CONFORMANCE_DATA, 8):
         state, aux = engine.update(state, (inputs[start : start + 8], targets[start : start + 8]))
         assert aux["loss"].shape == () and torch.isfinite(aux["loss"])
     posterior = engine.posterior(state)
@@ -108,19 +54,21 @@ def test_round_trip(
 
 
 @pytest.mark.parametrize("name", METHODS.names())
-def test_same_seed_same_result(name: str, problem: Problem, data: Any, mode: torch.Tensor) -> None:
+def test_same_seed_same_result(
+    name: str, problem: Problem, data: Batch, mode: torch.Tensor
+) -> None:
     """Two fits under the same seed give identical posteriors."""
-    first = tensors(run(name, problem, data, mode, seed=3))
-    second = tensors(run(name, problem, data, mode, seed=3))
+    first = tensors(run_small(name, problem, data, mode, seed=3))
+    second = tensors(run_small(name, problem, data, mode, seed=3))
     assert first.keys() == second.keys()
     for field in first:
         assert torch.equal(first[field], second[field])
 
 
 @pytest.mark.parametrize("name", METHODS.names())
-def test_posterior_arrays(name: str, problem: Problem, data: Any, mode: torch.Tensor) -> None:
+def test_posterior_arrays(name: str, problem: Problem, data: Batch, mode: torch.Tensor) -> None:
     """``to_arrays`` gives samples, or a mean with a variance or covariance, and the names."""
-    arrays = run(name, problem, data, mode, seed=0).to_arrays(problem)
+    arrays = run_small(name, problem, data, mode, seed=0).to_arrays(problem)
     forms = [{"samples"}, {"mean", "var"}, {"mean", "cov"}]
     assert [form for form in forms if form <= arrays.keys()] != []
     assert len({"samples", "var", "cov"} & arrays.keys()) == 1
@@ -129,7 +77,7 @@ def test_posterior_arrays(name: str, problem: Problem, data: Any, mode: torch.Te
 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_fit_history_has_one_loss_per_epoch(
-    name: str, problem: Problem, data: Any, mode: torch.Tensor
+    name: str, problem: Problem, data: Batch, mode: torch.Tensor
 ) -> None:
     """``fit`` records one finite loss per pass and calls ``on_epoch`` with it."""
     seen: list[tuple[int, float]] = []
@@ -144,21 +92,21 @@ def test_fit_history_has_one_loss_per_epoch(
     assert [epoch for epoch, _ in seen] == list(range(1, engine.passes + 1))
 
 
-def test_fit_raises_divergence_naming_epoch_and_fix(data: Any) -> None:
+def test_fit_raises_divergence_naming_epoch_and_fix(data: Batch) -> None:
     """A learning rate far too large ends in a DivergenceError naming the epoch and the fix."""
-    problem = build_problem(linear(2, 1), gaussian(), diag_normal(), NUM_DATA)
+    problem = build_problem(linear(2, 1), gaussian(), diag_normal(), CONFORMANCE_DATA)
     spec = make_config("map", optimizer={"name": "sgd", "lr": 1e6}, epochs=50)
-    engine = METHODS.get("map").builder()(problem, Tempering(1.0, NUM_DATA), spec)
+    engine = METHODS.get("map").builder()(problem, Tempering(1.0, CONFORMANCE_DATA), spec)
     inputs, targets = data
     with pytest.raises(DivergenceError, match=r"epoch \d+ \(update steps \d+-\d+\).*smaller"):
         fit(engine, torch.zeros(problem.dimension), inputs, targets.float(), torch.Generator())
 
 
-def test_laplace_without_prior_or_curvature_raises(data: Any) -> None:
+def test_laplace_without_prior_or_curvature_raises() -> None:
     """A parameter with no curvature and a flat prior is an error naming the parameter."""
-    problem = build_problem(linear(2, 1), gaussian(), none(), NUM_DATA)
+    problem = build_problem(linear(2, 1), gaussian(), none(), CONFORMANCE_DATA)
     engine = METHODS.get("laplace_diag_ggn").builder()(
-        problem, Tempering(1.0, NUM_DATA), make_config("laplace_diag_ggn")
+        problem, Tempering(1.0, CONFORMANCE_DATA), make_config("laplace_diag_ggn")
     )
     state = engine.init(torch.zeros(problem.dimension), torch.Generator())
     state, _ = engine.update(state, (torch.zeros(4, 2), torch.zeros(4)))
@@ -166,7 +114,7 @@ def test_laplace_without_prior_or_curvature_raises(data: Any) -> None:
         engine.posterior(state)
 
 
-def test_sghmc_without_samples_raises(problem: Problem, data: Any) -> None:
+def test_sghmc_without_samples_raises(problem: Problem, data: Batch) -> None:
     """A burn-in longer than the run is an error that says what to change."""
     engine = build_engine("sghmc", problem, burn_in=1000)
     with pytest.raises(StageError, match="lower burn_in or raise epochs"):
