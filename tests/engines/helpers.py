@@ -162,6 +162,7 @@ SMALL_CONFIGS: dict[str, dict[str, Any]] = {
     "sghmc": SAMPLER,
     "sgnht": {**SAMPLER, "schedule": {"kind": "cyclical", "cycles": 2, "exploration": 0.25}},
     "baoa": {**SAMPLER, "keep": "last"},
+    "sgmcmc_wenzel": {**SAMPLER, "schedule": {"kind": "cyclical", "cycles": 2}},
     "nuts": {"warmup": 4, "num_samples": 3, "chains": 2},
 }
 
