@@ -67,20 +67,22 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         raise
 
 
-def _read_json(path: Path, what: str) -> Any:
-    """The JSON in ``path``; None, with a warning naming it, when it cannot be read."""
+def _read_mapping(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The JSON mapping in ``path`` and ``""``; ``(None, "")`` when there is no such file;
+    ``(None, what is wrong)`` when it cannot be read, is not JSON or not a mapping."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return None
+        return None, ""
     except (OSError, ValueError) as error:  # a folder, unreadable, not UTF-8
-        _warn(f"{path} cannot be read ({error}); {what}")
-        return None
+        return None, f"cannot be read ({error})"
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError:
-        _warn(f"{path} is not valid JSON (cut short?); {what}")
-        return None
+        return None, "is not valid JSON (cut short?)"
+    if not isinstance(value, dict):
+        return None, f"holds {type(value).__name__}, not a mapping"
+    return value, ""
 
 
 def _warn(message: str) -> None:
@@ -183,30 +185,23 @@ class Cache:
         folder = self._folder(key)
         if not folder.exists():
             return None
-        recompute = "the stage will be recomputed"
-        values = _read_json(folder / OUTPUTS, recompute)
+        values, problem = _read_mapping(folder / OUTPUTS)
         if values is None:
-            if not (folder / OUTPUTS).exists():
-                _warn(f"{folder} has no {OUTPUTS}; {recompute}")
+            _warn(f"{folder / OUTPUTS} {problem or 'is missing'}; the stage will be recomputed")
             return None
-        if not isinstance(values, dict):
-            _warn(f"{folder / OUTPUTS} holds {type(values).__name__}, not a mapping; {recompute}")
-            return None
-        damaged = self._damaged_files(folder)
-        if damaged:
-            _warn(f"{folder}: {damaged}; {recompute}")
+        problem = self._damaged_files(folder)
+        if problem:
+            _warn(f"{folder}: {problem}; the stage will be recomputed")
             return None
         return Entry(key, folder, values)
 
     def _damaged_files(self, folder: Path) -> str:
-        """What is wrong with the files ``manifest.json`` lists, or "" when nothing is
+        """What is wrong with ``manifest.json`` or the files it lists, or "" when nothing is
         (entries written before manifests existed are taken as they are)."""
-        manifest = _read_json(folder / MANIFEST, "its files cannot be checked")
-        if manifest is None:
-            return ""
-        if not isinstance(manifest, dict):
-            return f"{MANIFEST} holds {type(manifest).__name__}, not a mapping"
-        for name, size in sorted(manifest.items()):
+        manifest, problem = _read_mapping(folder / MANIFEST)
+        if problem:
+            return f"{MANIFEST} {problem}"
+        for name, size in sorted((manifest or {}).items()):
             path = folder / name
             if not path.is_file():
                 return f"{name} is missing"
@@ -270,10 +265,9 @@ class Cache:
         """A side record of ``key`` (e.g. its MLflow run); None when there is none or it
         cannot be read (then a :class:`CacheWarning` names it)."""
         path = self.root / f"{key}.{name}.json"
-        record = _read_json(path, "it is ignored and will be written again")
-        if record is not None and not isinstance(record, dict):
-            _warn(f"{path} holds {type(record).__name__}, not a mapping; it is ignored and will be written again")
-            return None
+        record, problem = _read_mapping(path)
+        if problem:
+            _warn(f"{path} {problem}; it is ignored and will be written again")
         return record
 
     def write_record(self, key: str, name: str, payload: dict[str, Any]) -> None:
@@ -287,11 +281,10 @@ class Cache:
         """Stage name → ``{"key", "config"}`` it last finished under, for ``workflow``;
         entries that cannot be read are left out (with a :class:`CacheWarning`)."""
         path = self._index_path(workflow)
-        index = _read_json(path, "stale stages will show as new")
+        index, problem = _read_mapping(path)
+        if problem:
+            _warn(f"{path} {problem}; stale stages will show as new")
         if index is None:
-            return {}
-        if not isinstance(index, dict):
-            _warn(f"{path} holds {type(index).__name__}, not a mapping; stale stages will show as new")
             return {}
         kept = {
             name: item for name, item in index.items()

@@ -49,6 +49,8 @@ TIMEOUT_VARIABLE = "BAYESFLOW_LOCK_TIMEOUT"
 # How often a waiting run tries the lock again: often enough that a queue of runs loses
 # well under a second per hand-over, rarely enough to cost nothing.
 POLL_SECONDS = 0.2
+# A command line longer than this is cut in the lock file and in messages.
+COMMAND_CHARACTERS = 200
 
 
 @dataclass(frozen=True)
@@ -63,15 +65,25 @@ class Holder:
     @classmethod
     def current(cls) -> Holder:
         """This process."""
-        return cls(
-            os.getpid(), socket.gethostname(), time.strftime("%Y-%m-%d %H:%M:%S"),
-            " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python",
-        )
+        return cls(os.getpid(), socket.gethostname(), time.strftime("%Y-%m-%d %H:%M:%S"), _command())
 
     def describe(self) -> str:
         """``run PID 1234 (bayesflow run spec.yaml) started at 2025-01-31 12:00:00``."""
         host = "" if self.host == socket.gethostname() else f" on host {self.host}"
         return f"run PID {self.pid}{host} ({self.command}) started at {self.started}"
+
+
+def _command() -> str:
+    """This process's command line as typed: ``bayesflow run spec.yaml``, ``python -m
+    bayesflow.cli run spec.yaml``, ``python -c ... ARGS`` (the code left out)."""
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    words = sys.argv[1:]
+    if program == "-c":
+        program = "python -c ..."
+    elif program == "__main__.py" and "-m" in sys.orig_argv[:-1]:
+        program = f"python -m {sys.orig_argv[sys.orig_argv.index('-m') + 1]}"
+    command = " ".join([program, *words])
+    return command if len(command) <= COMMAND_CHARACTERS else command[: COMMAND_CHARACTERS - 3] + "..."
 
 
 def read_holder(path: Path) -> Holder | None:

@@ -1,0 +1,214 @@
+"""One run at a time per cache folder: waiting, refusing, recovering after SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bayesflow.dag.cache import Cache, _host_tag
+from bayesflow.dag.lock import (
+    LOCK_NAME,
+    TIMEOUT_VARIABLE,
+    Holder,
+    read_holder,
+    wait_from_environment,
+)
+from bayesflow.errors import CacheLockError
+from tests.data.tables import TABLE_SPEC, good_rows, write_table
+
+# Holds the lock of the cache folder argv[1] until the file argv[2] exists.
+HOLDER = """
+import sys, time
+from pathlib import Path
+from bayesflow.dag.cache import Cache, _host_tag
+with Cache(sys.argv[1]).lock():
+    print("held", flush=True)
+    while not Path(sys.argv[2]).exists():
+        time.sleep(0.02)
+"""
+
+BAYESFLOW = [sys.executable, "-m", "bayesflow.cli"]
+BUSY_FIX = (
+    "let it finish and run again (finished stages are reused), give this run its own "
+    f"`execution.cache_dir`, or set {TIMEOUT_VARIABLE} (seconds to wait; unset waits until it finishes)"
+)
+
+
+def hold(root: Path, flag: Path) -> tuple[subprocess.Popen[str], Holder]:
+    """Start a process that holds ``root``'s lock until ``flag`` exists; return it and
+    the holder record it wrote."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root), str(flag)], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stdout.readline() == "held\n"
+    holder = read_holder(root / LOCK_NAME)
+    assert holder is not None and holder.pid == process.pid
+    return process, holder
+
+
+def test_a_second_process_is_refused_without_waiting(tmp_path: Path) -> None:
+    """wait=False raises at once, naming the holder's pid, command, start and the fix."""
+    root, flag = tmp_path / "cache", tmp_path / "done"
+    process, holder = hold(root, flag)
+    try:
+        started = time.perf_counter()
+        with pytest.raises(CacheLockError) as caught, Cache(root).lock(wait=False):
+            pass
+        assert time.perf_counter() - started < 1.0
+        assert str(caught.value) == (
+            f"cache {root}: in use by run PID {process.pid} (python -c ... {root} {flag}) started at "
+            f"{holder.started}; {BUSY_FIX}"
+        )
+        assert caught.value.exit_code == 1
+    finally:
+        flag.touch()
+        process.wait(timeout=30)
+
+
+def test_a_second_process_waits_then_proceeds(tmp_path: Path) -> None:
+    """With wait (the default) the lock is taken once the holder ends; the waiting line is
+    said once, however long the wait."""
+    root, flag = tmp_path / "cache", tmp_path / "done"
+    process, holder = hold(root, flag)
+    lines: list[str] = []
+    threading.Timer(0.8, flag.touch).start()
+    started = time.perf_counter()
+    with Cache(root).lock(notify=lines.append):
+        assert read_holder(root / LOCK_NAME).pid == os.getpid()  # type: ignore[union-attr]
+    assert time.perf_counter() - started >= 0.8
+    assert lines == [f"waiting for {holder.describe()} (cache {root}) to finish; Ctrl-C to stop"]
+    assert holder.describe() == f"run PID {process.pid} (python -c ... {root} {flag}) started at {holder.started}"
+    process.wait(timeout=30)
+
+
+def test_waiting_stops_at_the_timeout(tmp_path: Path) -> None:
+    """A timeout raises once it has passed, saying how long it waited and for whom."""
+    root, flag = tmp_path / "cache", tmp_path / "done"
+    process, holder = hold(root, flag)
+    try:
+        started = time.perf_counter()
+        with pytest.raises(CacheLockError) as caught, Cache(root).lock(timeout=1.0, notify=lambda _: None):
+            pass
+        assert 1.0 <= time.perf_counter() - started < 3.0
+        assert str(caught.value) == f"cache {root}: waited 1 s for {holder.describe()}; {BUSY_FIX}"
+    finally:
+        flag.touch()
+        process.wait(timeout=30)
+
+
+def test_a_killed_holder_does_not_block_the_next_run(tmp_path: Path) -> None:
+    """SIGKILL releases the lock with the process; its stale record does not matter."""
+    root, flag = tmp_path / "cache", tmp_path / "never"
+    process, _ = hold(root, flag)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert read_holder(root / LOCK_NAME) is not None  # the dead holder's record is still there
+    with Cache(root).lock(wait=False):
+        assert read_holder(root / LOCK_NAME).pid == os.getpid()  # type: ignore[union-attr]
+
+
+def test_the_lock_is_reentrant_in_its_thread_and_released_after(tmp_path: Path) -> None:
+    """Taking the lock again in the holding thread works; after the outer release another
+    process gets it, and the record is cleared."""
+    cache = Cache(tmp_path)
+    with cache.lock(wait=False), cache.lock(wait=False):
+        pass
+    assert read_holder(tmp_path / LOCK_NAME) is None
+    code = f"from bayesflow.dag.cache import Cache\nwith Cache({str(tmp_path)!r}).lock(wait=False): pass"
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert probe.returncode == 0, probe.stderr
+
+
+def test_holding_lock_decorator_holds_it_for_the_call(tmp_path: Path) -> None:
+    """Cache.holding_lock takes the folder from the first argument, positional or named."""
+
+    @Cache.holding_lock(lambda folder: folder)
+    def work(folder: Path) -> int | None:
+        holder = read_holder(folder / LOCK_NAME)
+        return holder.pid if holder else None
+
+    assert work(tmp_path) == os.getpid()
+    assert work(folder=tmp_path) == os.getpid()
+    assert read_holder(tmp_path / LOCK_NAME) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("", (True, None)), ("0", (False, 0.0)), ("2.5", (True, 2.5))],
+    ids=["unset", "zero", "seconds"],
+)
+def test_timeout_from_the_environment(monkeypatch: pytest.MonkeyPatch, value: str, expected: tuple) -> None:
+    """Unset waits without limit, 0 refuses at once, a number waits that long."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, value)
+    assert wait_from_environment() == expected
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_timeout_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """A value that is no number of seconds names the variable and what it takes."""
+    monkeypatch.setenv(TIMEOUT_VARIABLE, value)
+    with pytest.raises(CacheLockError) as caught:
+        wait_from_environment()
+    assert str(caught.value) == (
+        f"{TIMEOUT_VARIABLE}={value!r} is not a number of seconds; set it to 0 to refuse at once "
+        "when another run holds the cache, to N to wait N seconds, or unset it to wait"
+    )
+
+
+# ----------------------------------------------------------- through the command line
+
+
+def run_command(folder: Path, **environment: str) -> subprocess.Popen[str]:
+    """Start `bayesflow run spec.yaml` in ``folder``."""
+    return subprocess.Popen(
+        [*BAYESFLOW, "run", "spec.yaml"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "COLUMNS": "200", **environment},
+    )
+
+
+@pytest.mark.e2e
+def test_two_runs_started_together_both_finish_and_compute_each_stage_once(tmp_path: Path) -> None:
+    """Two `bayesflow run`s on one fresh folder: one waits for the other, saying for whom;
+    both exit 0 (no race creating the MLflow store); the second reuses every stage."""
+    write_table(tmp_path, good_rows(), spec=TABLE_SPEC.replace("epochs: 2", "epochs: 50"))
+    processes = [run_command(tmp_path) for _ in range(2)]
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (stdout, stderr) in zip(processes, outputs):
+        assert process.returncode == 0, stdout + stderr
+    waited = [index for index, (_, stderr) in enumerate(outputs) if "waiting for" in stderr]
+    assert len(waited) == 1, outputs
+    first, second = processes[1 - waited[0]], outputs[waited[0]]
+    line = next(line for line in second[1].splitlines() if "waiting for" in line)
+    assert line.startswith(f"waiting for run PID {first.pid} (python -m bayesflow.cli run spec.yaml) started at ")
+    assert line.endswith(" (cache .bayesflow/cache) to finish; Ctrl-C to stop")
+    assert second[1].count("waiting for") == 1
+    summaries = sorted(line.split(" in ")[0] for stdout, _ in outputs for line in stdout.splitlines()
+                       if line.startswith("stages:"))
+    assert summaries == ["stages: 0 ran, 2 cached, 0 failed, 0 skipped", "stages: 2 ran, 0 cached, 0 failed, 0 skipped"]
+
+
+@pytest.mark.e2e
+def test_a_run_told_not_to_wait_exits_1_naming_the_holder(tmp_path: Path) -> None:
+    """BAYESFLOW_LOCK_TIMEOUT=0: `bayesflow run` refuses at once with exit code 1, and the
+    holder's files are untouched."""
+    write_table(tmp_path, good_rows())
+    root, flag = tmp_path / ".bayesflow" / "cache", tmp_path / "done"
+    holder_process, holder = hold(root, flag)
+    leftover = root / f".staging-{holder_process.pid}-{_host_tag()}-k-x"
+    leftover.mkdir()
+    try:
+        process = run_command(tmp_path, **{TIMEOUT_VARIABLE: "0"})
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        flag.touch()
+        holder_process.wait(timeout=30)
+    assert process.returncode == 1, stdout + stderr
+    assert stderr.endswith(f"error: cache .bayesflow/cache: in use by {holder.describe()}; {BUSY_FIX}\n")
+    assert "Traceback" not in stderr and leftover.is_dir()
