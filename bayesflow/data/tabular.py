@@ -86,9 +86,8 @@ def target_task(values: np.ndarray) -> tuple[str, int | None]:
     return "regression", None
 
 
-def _read_csv(path: str, target: str, base_dir: Path | None, target_only: bool = False) -> Any:
-    """Read a CSV file (only its target column with ``target_only``), checking both exist
-    and that the file has rows.
+def _read_csv(path: str, target: str, base_dir: Path | None) -> Any:
+    """Read a CSV file, checking that it and its target column exist and that it has rows.
 
     Raises:
         SpecError: whose problem starts with the key at fault (``data.path: ...`` or
@@ -97,13 +96,12 @@ def _read_csv(path: str, target: str, base_dir: Path | None, target_only: bool =
     file = resolve_path(path, base_dir)
     if not file.is_file():
         raise SpecError(f"data.path: file {str(file)!r} does not exist; fix the path")
-    columns = list(_parse(file, nrows=0).columns)
-    if target not in columns:
+    frame = _parse(file)
+    if target not in frame.columns:
         raise SpecError(
             f"data.target: column {target!r} is not in {file.name} "
-            f"(columns: {', '.join(map(str, columns))})"
+            f"(columns: {', '.join(map(str, frame.columns))})"
         )
-    frame = _parse(file, usecols=[target] if target_only else None)
     if frame.empty:
         raise DataError(
             f"data.path: {file.name} has a header row but no data rows; add rows, or point "
@@ -112,22 +110,48 @@ def _read_csv(path: str, target: str, base_dir: Path | None, target_only: bool =
     return frame
 
 
-def _parse(file: Path, **options: Any) -> Any:
-    """``pandas.read_csv(file, **options)``, its failures turned into a DataError."""
+def _parse(file: Path) -> Any:
+    """``pandas.read_csv(file)``, its failures turned into a DataError naming the line.
+
+    ``index_col=False``: by default pandas silently makes the first columns an index
+    when the rows have more fields than the header, shifting every value.
+    """
+    import warnings
+
     import pandas as pd
 
     try:
-        return pd.read_csv(file, **options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(file, index_col=False)
     except pd.errors.EmptyDataError:
-        raise DataError(
-            f"data.path: {file.name} is empty; a CSV file needs a header row naming the columns, "
-            "then one row per example", str(file),
-        ) from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as error:
-        raise DataError(
-            f"data.path: {file.name} cannot be read as CSV ({str(error).strip()}); give a text "
-            "file of comma-separated values with a header row", str(file),
-        ) from None
+        problem = "is empty; a CSV file needs a header row naming the columns, then one row per example"
+    except (pd.errors.ParserError, pd.errors.ParserWarning, UnicodeDecodeError) as error:
+        problem = _ragged(file) or (
+            f"cannot be read as CSV ({str(error).strip()}); give a text file of comma-separated "
+            "values with a header row"
+        )
+    raise DataError(f"data.path: {file.name} {problem}", str(file))
+
+
+def _ragged(file: Path) -> str | None:
+    """``line 5 has 4 fields, the header 3 ...`` for the first row whose length differs
+    from the header's, or None (then the file is unreadable for another reason)."""
+    import csv as csv_module
+
+    try:
+        with file.open(newline="", encoding="utf-8") as stream:
+            rows = csv_module.reader(stream)
+            header = next(rows, [])
+            for row in rows:
+                if row and len(row) != len(header):
+                    return (
+                        f"line {rows.line_num} has {len(row)} fields, the header {len(header)} "
+                        f"({', '.join(header)}); give every row one value per column"
+                    )
+    except (OSError, UnicodeDecodeError, csv_module.Error):
+        return None
+    return None
 
 
 def _target_values(frame: Any, target: str, file: Path) -> np.ndarray:
@@ -151,15 +175,14 @@ def _target_values(frame: Any, target: str, file: Path) -> np.ndarray:
 
 
 def csv_target_task(path: str, target: str, base_dir: Path | None = None) -> tuple[str, int | None]:
-    """The task a CSV file's target column implies (see :func:`target_task`), reading only it.
+    """The task a CSV file's target column implies (see :func:`target_task`).
 
     Raises:
         SpecError: the file or column is missing, or the column is empty, not numeric or
             holds missing values (a :class:`~bayesflow.errors.DataError`).
     """
     file = resolve_path(path, base_dir)
-    frame = _read_csv(path, target, base_dir, target_only=True)
-    return target_task(_target_values(frame, target, file))
+    return target_task(_target_values(_read_csv(path, target, base_dir), target, file))
 
 
 @DATASETS.register("csv")
@@ -172,15 +195,22 @@ def csv(
     base_dir: Path | None = None,
 ) -> Dataset:
     """A CSV file with a header row: numeric features and one target column."""
+    import pandas as pd
+    from pandas.api.types import is_numeric_dtype
+
     frame = _read_csv(path, target, base_dir)
     file = resolve_path(path, base_dir)
     y_raw = _target_values(frame, target, file)
     features = frame.drop(columns=[target])
-    non_numeric = [c for c in features.columns if not np.issubdtype(features[c].dtype, np.number)]
+    non_numeric = [c for c in features.columns if not is_numeric_dtype(features[c])]
     if non_numeric:
+        many = len(non_numeric) > 1
+        column = features[non_numeric[0]]
+        example = column[pd.to_numeric(column, errors="coerce").isna() & column.notna()].iloc[0]
         raise DataError(
-            f"data.path: columns {', '.join(map(repr, non_numeric))} of {file.name} are not numeric; "
-            "give numbers, or drop those columns", str(file),
+            f"data.path: column{'s' if many else ''} {', '.join(map(repr, non_numeric))} of {file.name} "
+            f"{'are' if many else 'is'} not numeric (e.g. {example!r}); give numbers, or drop "
+            f"{'those columns' if many else 'that column'}", str(file),
         )
     problems = column_problems(features, file.name)
     if problems:
