@@ -167,7 +167,7 @@ def _parse_file(path: Path, seen: tuple[Path, ...] = ()) -> Located:
     if base_path in seen or base_path == path.resolve():
         chain = " -> ".join(str(p) for p in (*seen, path.resolve(), base_path))
         raise SpecError(f"{where}: extends: {base_name} forms a cycle ({chain}); remove one `extends`", str(path))
-    if not base_path.is_file():
+    if not base_path.exists():  # a folder or a pipe is refused by _read, saying what it is
         raise SpecError(f"{where}: extends: base spec {str(base_path)!r} not found; check the path", str(path))
     base = _parse_file(base_path, (*seen, path.resolve()))
     try:
