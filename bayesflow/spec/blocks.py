@@ -7,7 +7,7 @@ defaults and descriptions; the registries of :mod:`bayesflow.data`, :mod:`bayesf
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import (
     ConfigDict,
