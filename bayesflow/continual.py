@@ -90,6 +90,7 @@ def fit_continual(
         current = replace(_gaussian_prior(problem, mean, precision), num_data=int(rows.sum()))
         engine = method_of(config).builder()(current, replace(tempering, num_data=current.num_data), config)
         result = fit(engine, params, inputs, targets, generator)
+        assert result.posterior.mean is not None  # an optimiser's posterior is a point mass
         params, steps = result.posterior.mean, steps + result.steps
         if config.continual == "laplace_prior":
             precision = precision + _curvature(current, params, inputs, targets, generator)
