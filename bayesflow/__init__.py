@@ -21,6 +21,7 @@ from bayesflow.api import (
     run,
 )
 from bayesflow.errors import BayesflowError, SpecError, StageError
+from bayesflow.posterior import load_posterior
 
 __all__ = [
     "BayesflowError",
@@ -34,6 +35,7 @@ __all__ = [
     "report",
     "StageError",
     "load",
+    "load_posterior",
     "plan",
     "plan_table",
     "results",

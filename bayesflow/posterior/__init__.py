@@ -1,0 +1,57 @@
+"""A fitted posterior as a product: load it back after a study and use it.
+
+    import bayesflow
+    posterior = bayesflow.load_posterior("<fit run id>")    # or a local folder
+    params = posterior.sample(100, seed=0)                 # (100, d) flat parameters
+    probabilities = posterior.predict(x_test)              # (n, C), averaged over samples
+    network = posterior.module()                           # an nn.Module at the mean
+
+=========  ==========================================================================
+``files``  the three files a fit is rebuilt from, the cell, :class:`PosteriorError`
+``fitted`` :class:`FittedPosterior`: ``sample``, ``predict``, ``log_prob``, ``module``
+``load``   :func:`load_posterior` from a fit run id or a local folder
+=========  ==========================================================================
+
+The MLflow pyfunc model of a fit (:mod:`bayesflow.tracking.pyfunc`) carries the same
+three files, so a downloaded ``model`` folder is a ``load_posterior`` source too.
+"""
+
+from __future__ import annotations
+
+from bayesflow.posterior.files import (
+    CELL_FILE,
+    CELL_KEYS,
+    MODEL_PATH,
+    POSTERIOR_FILE,
+    SIZE_KEYS,
+    SPEC_FILE,
+    PosteriorError,
+    cell_of,
+    cell_sizes,
+    read_spec,
+)
+from bayesflow.posterior.fitted import (
+    EVALUATION_SEED_OFFSET,
+    FittedPosterior,
+    NoDensityError,
+    RegressionPrediction,
+)
+from bayesflow.posterior.load import load_posterior
+
+__all__ = [
+    "CELL_FILE",
+    "CELL_KEYS",
+    "EVALUATION_SEED_OFFSET",
+    "MODEL_PATH",
+    "POSTERIOR_FILE",
+    "SIZE_KEYS",
+    "SPEC_FILE",
+    "FittedPosterior",
+    "NoDensityError",
+    "PosteriorError",
+    "RegressionPrediction",
+    "cell_of",
+    "cell_sizes",
+    "load_posterior",
+    "read_spec",
+]

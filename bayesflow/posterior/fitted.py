@@ -1,0 +1,371 @@
+"""One fitted posterior with its network: sample, predict, score, or take the network.
+
+:class:`FittedPosterior` rebuilds the flat-parameter problem the way the fit stage does
+(``StageRunner._problem``) from the run's spec and the cell's sizes, and predicts the way
+the evaluate stage does (:func:`bayesflow.evaluate.predictive.posterior_outputs`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from bayesflow.posterior.files import PosteriorError, cell_sizes, read_spec
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor, nn
+
+    from bayesflow.engines.base import Posterior, Problem
+    from bayesflow.likelihoods import Likelihood
+    from bayesflow.spec import WorkflowSpec
+
+__all__ = ["EVALUATION_SEED_OFFSET", "FittedPosterior", "NoDensityError", "RegressionPrediction"]
+
+# The evaluate stage draws its samples from a generator seeded 10,000 + the fit's seed
+# (bayesflow/stages); predicting with the same seed repeats its draw exactly.
+EVALUATION_SEED_OFFSET = 10_000
+
+
+class NoDensityError(PosteriorError, NotImplementedError):
+    """``log_prob`` of a posterior without a density (a sample set or a point estimate)."""
+
+
+class RegressionPrediction(NamedTuple):
+    """The Gaussian-regression posterior predictive: ``mean`` (n,) and total ``variance``
+    (n,), the spread of the sampled means plus the observation noise σ²."""
+
+    mean: Tensor
+    variance: Tensor
+
+
+@dataclass
+class FittedPosterior:
+    """One fitted posterior with its network, ready to sample, predict and score.
+
+    Build it with :func:`load_posterior` (or :meth:`from_files`).
+
+    Attributes:
+        posterior: the flat-parameter posterior (``samples``, or ``mean`` with ``var``/``cov``).
+        spec: the validated spec of the run that fitted it.
+        cell: ``method``, ``engine``, ``temperature``, ``seed`` and the network's sizes.
+        param_names: the tensors a flat parameter vector is made of, in order.
+        param_shapes: their shapes as ``posterior.npz`` writes them (``"8x64"``).
+        device: where the network's parameters live.
+    """
+
+    posterior: Posterior
+    spec: WorkflowSpec
+    cell: dict[str, Any]
+    param_names: tuple[str, ...]
+    param_shapes: tuple[str, ...] = ()
+    device: str = "cpu"
+    _built: tuple[Problem, Likelihood, nn.Module] | None = field(
+        default=None, init=False, repr=False
+    )
+
+    # ----------------------------------------------------------------- building
+
+    @classmethod
+    def from_files(
+        cls,
+        posterior_file: str | Path,
+        spec_file: str | Path,
+        cell: dict[str, Any] | str | Path | None = None,
+        *,
+        base_dir: str | Path | None = None,
+        device: str = "cpu",
+    ) -> FittedPosterior:
+        """Load ``posterior.npz``, the resolved spec and the cell (a mapping or a JSON file).
+
+        Without the sizes in ``cell`` the spec's dataset is loaded (relative data paths
+        from ``base_dir``, default the spec's folder) to learn them.
+        """
+        from bayesflow.engines.base import Posterior
+
+        with np.load(posterior_file) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+        spec = read_spec(Path(spec_file).read_text(), str(spec_file))
+        recorded = json.loads(Path(cell).read_text()) if isinstance(cell, (str, Path)) else cell
+        cell = {**(recorded or {})}
+        if len(spec.methods) == 1 and not cell.get("method"):
+            cell["method"] = next(iter(spec.methods))
+        if cell.get("num_features") is None:
+            cell.update(cell_sizes(spec, Path(base_dir or Path(spec_file).parent)))
+        names = tuple(str(name) for name in arrays.get("param_names", ()))
+        shapes = tuple(str(shape) for shape in arrays.get("param_shapes", ()))
+        return cls(Posterior.from_arrays(arrays), spec, cell, names, shapes, device)
+
+    def _build(self) -> tuple[Problem, Likelihood, nn.Module]:
+        """The network and flat-parameter problem, as the fit stage built them, checked
+        against the tensors the posterior holds."""
+        if self._built is None:
+            built = _build_problem(self.spec, self.cell, self.device)
+            problem = built[0]
+            tensors = [
+                f"{name}: {'x'.join(map(str, shape)) or 'scalar'}"
+                for name, shape in zip(problem.param_names, problem.param_shapes)
+            ]
+            stored = [
+                f"{name}: {shape}" for name, shape in zip(self.param_names, self.param_shapes)
+            ]
+            if stored and tensors != stored:
+                raise PosteriorError(
+                    f"the spec's model has tensors {tensors} but the posterior holds {stored}; "
+                    "load it with the spec and cell.json of the run that fitted it"
+                )
+            self._built = built
+        return self._built
+
+    # --------------------------------------------------------------- describing
+
+    @property
+    def method(self) -> str | None:
+        """The spec's name of the method (``laplace``), as the run's ``method`` param."""
+        return self.cell.get("method")
+
+    @property
+    def engine(self) -> str | None:
+        """The engine that fitted it (``laplace_diag_ggn``)."""
+        return self.cell.get("engine")
+
+    @property
+    def temperature(self) -> float | None:
+        """The posterior temperature T (0 for a fit shared by every temperature, e.g. MAP)."""
+        value = self.cell.get("temperature")
+        return None if value is None else float(value)
+
+    @property
+    def seed(self) -> int | None:
+        """The fit's seed."""
+        value = self.cell.get("seed")
+        return None if value is None else int(value)
+
+    @property
+    def kind(self) -> str:
+        """``"samples"``, ``"gaussian"``, or ``"point"`` (a mean with zero variance)."""
+        if self.posterior.kind == "samples":
+            return "samples"
+        var = self.posterior.var
+        return "point" if var is not None and not bool(var.any()) else "gaussian"
+
+    @property
+    def dimension(self) -> int:
+        """d, the number of flat parameters."""
+        return int(self._stored.shape[-1])
+
+    @property
+    def _stored(self) -> Tensor:
+        """The samples, or the mean: what fixes d and the dtype."""
+        samples, mean = self.posterior.samples, self.posterior.mean
+        stored = samples if samples is not None else mean
+        assert stored is not None, "a posterior holds samples or a mean"
+        return stored
+
+    @property
+    def prediction(self) -> str:
+        """``sampled`` or ``linearized``: how the evaluate stage pushed samples through the
+        network (the method's ``prediction``, else ``evaluate.prediction``; Gaussians only)."""
+        if self.kind != "gaussian":
+            return "sampled"
+        method = self.spec.methods.get(self.method or "")
+        if getattr(method, "prediction", "sampled") == "linearized":
+            return "linearized"
+        return str(self.spec.evaluate.prediction)
+
+    def __repr__(self) -> str:
+        return (
+            f"FittedPosterior(method={self.method!r}, engine={self.engine!r}, "
+            f"temperature={self.temperature}, seed={self.seed}, kind={self.kind!r}, "
+            f"dimension={self.dimension})"
+        )
+
+    # ------------------------------------------------------------------ using
+
+    def sample(self, n: int, seed: int | None = None) -> Tensor:
+        """Draw ``n`` flat parameter vectors, shape (n, d).
+
+        A sample set gives ``n`` of its stored rows at random (without replacement while
+        ``n`` ≤ the number stored, with replacement beyond); a Gaussian gives
+        ``mean + R ε``; a point estimate gives its mean ``n`` times.
+
+        Args:
+            n: how many vectors.
+            seed: seeds the draw; None draws fresh randomness.
+        """
+        import torch
+
+        generator = _generator(seed)
+        if self.posterior.samples is not None:
+            stored = self.posterior.samples
+            total = stored.shape[0]
+            if n <= total:
+                rows = torch.randperm(total, generator=generator)[:n]
+            else:
+                rows = torch.randint(0, total, (n,), generator=generator)
+            return stored[rows]
+        return self.posterior.sample(n, generator)
+
+    def predict(self, x: Any, n_samples: int | None = None, seed: int | None = None) -> Any:
+        """The posterior predictive at inputs ``x``, as the evaluate stage computes it.
+
+        Args:
+            x: (n, features) inputs: a tensor, numpy array or pandas DataFrame.
+            n_samples: parameter samples (default the spec's ``evaluate.n_samples``); a
+                sample set is subsampled evenly and a point estimate uses its one vector.
+            seed: seeds the draw; None uses the evaluate stage's seed, so that the test
+                inputs give exactly the predictive behind the run's logged test metrics.
+
+        Returns:
+            Classification: (n, C) class probabilities averaged over samples (float64).
+            Gaussian regression: a :class:`RegressionPrediction` (mean, total variance).
+
+        Raises:
+            PosteriorError: for a likelihood without a predictive (``energy``).
+        """
+        import torch
+
+        from bayesflow.evaluate.predictive import posterior_outputs
+
+        problem, likelihood, _ = self._build()
+        if likelihood.task not in ("classification", "regression"):
+            raise PosteriorError(
+                f"the {likelihood.name!r} likelihood has no predictive (a fixed target, no "
+                "data); use sample() or log_prob()"
+            )
+        if seed is None:
+            seed = EVALUATION_SEED_OFFSET + (self.seed or 0)
+        count = int(n_samples or self.spec.evaluate.n_samples)
+        inputs = self._inputs(x)
+        generator = torch.Generator(device=problem.device).manual_seed(int(seed))
+        outputs = posterior_outputs(
+            problem, self.posterior, inputs, count, generator, self.prediction
+        )
+        if likelihood.task == "classification":
+            return likelihood.probabilities(outputs).detach().double().mean(dim=0).cpu()
+        means = outputs.detach().double().cpu().squeeze(-1)
+        variance = means.var(dim=0, unbiased=False) + likelihood.noise_sd**2
+        return RegressionPrediction(means.mean(dim=0), variance)
+
+    def log_prob(self, params: Any) -> Tensor:
+        """log q(θ) of the Gaussian posterior, for θ of shape (d,) or (n, d).
+
+        Coordinates with zero variance (tensors a ``parameters:`` subset left fixed) are a
+        point mass: the density is over the others, −inf where θ leaves the fixed values.
+
+        Raises:
+            NoDensityError: for a sample set or a point estimate, which have no density.
+        """
+        import torch
+        from torch.distributions import MultivariateNormal, Normal
+
+        if self.kind != "gaussian":
+            raise NoDensityError(
+                f"{self.method or 'this fit'} ({self.engine}) is a "
+                f"{'sample set' if self.kind == 'samples' else 'point estimate'} and has no "
+                "density; use sample() or predict(), or load a Gaussian method's fit "
+                "(Laplace, VI, EKF) for log_prob"
+            )
+        mean = self.posterior.mean
+        assert mean is not None
+        values = torch.as_tensor(params, dtype=mean.dtype)
+        cov, var = self.posterior.cov, self.posterior.var
+        spread = cov.diagonal() if cov is not None else var
+        assert spread is not None
+        free = spread > 0
+        if cov is not None:
+            try:
+                density = MultivariateNormal(mean[free], covariance_matrix=cov[free][:, free])
+            except ValueError as exc:
+                raise PosteriorError(
+                    f"the covariance of {self.method} is not positive definite on its free "
+                    "coordinates, so it has no density; use sample()"
+                ) from exc
+            scores = density.log_prob(values[..., free])
+        else:
+            scores = Normal(mean[free], spread[free].sqrt()).log_prob(values[..., free]).sum(-1)
+        fixed = ~free
+        if bool(fixed.any()):
+            moved = (values[..., fixed] != mean[fixed]).any(-1)
+            scores = scores.masked_fill(moved, -math.inf)
+        return scores
+
+    def module(self, params: Any = None) -> nn.Module:
+        """The network (in eval mode) with ``params`` loaded: a (d,) flat vector, default
+        the posterior mean (the mean of the samples for a sample set)."""
+        import copy
+
+        import torch
+        from torch.nn.utils import vector_to_parameters
+
+        _, _, network = self._build()
+        if params is None:
+            samples = self.posterior.samples
+            params = samples.mean(0) if samples is not None else self.posterior.mean
+        values = torch.as_tensor(params)
+        if values.shape != (self.dimension,):
+            raise PosteriorError(
+                f"module() takes one flat parameter vector of shape ({self.dimension},), got "
+                f"{tuple(values.shape)}; pass one row of sample()"
+            )
+        network = copy.deepcopy(network)
+        with torch.no_grad():
+            vector_to_parameters(values.to(next(network.parameters()).dtype), network.parameters())
+        return network.eval()
+
+    def _inputs(self, x: Any) -> Tensor:
+        """``x`` as a tensor: floating inputs in the parameters' dtype, integer ones (token
+        ids) as they are."""
+        import torch
+
+        values = x.to_numpy() if hasattr(x, "to_numpy") else x
+        # A C-ordered copy: a DataFrame's array is read-only (torch warns on those) and may
+        # be column-major (a product over it rounds differently from one over a row-major).
+        if not isinstance(values, torch.Tensor):
+            values = torch.as_tensor(np.array(values, order="C"))
+        inputs: Tensor = values
+        features = self.cell.get("num_features")
+        if inputs.ndim != 2 or (features is not None and inputs.shape[1] != int(features)):
+            raise PosteriorError(
+                f"predict() takes inputs of shape (n, {features}), got {tuple(inputs.shape)}"
+            )
+        return inputs.to(self._stored.dtype) if inputs.is_floating_point() else inputs
+
+
+def _generator(seed: int | None) -> torch.Generator:
+    import torch
+
+    generator = torch.Generator()
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(int(seed))
+    return generator
+
+
+def _build_problem(
+    spec: WorkflowSpec, cell: dict[str, Any], device: str
+) -> tuple[Problem, Likelihood, nn.Module]:
+    """Rebuild the network and problem as ``StageRunner._problem`` does: the likelihood's
+    outputs from ``num_classes``, the model seeded with the fit's seed (a network with
+    random buffers gets the same ones). The prior is left out: no use here needs it."""
+    import torch
+
+    from bayesflow.likelihoods import build_likelihood
+    from bayesflow.models import build_model
+    from bayesflow.priors import none
+    from bayesflow.problem import build_problem
+
+    likelihood = build_likelihood(spec.likelihood.model_dump())
+    num_classes = cell.get("num_classes")
+    outputs = likelihood.num_outputs(None if num_classes is None else int(num_classes))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(cell.get("seed") or 0))
+        module = build_model(spec.model.model_dump(), int(cell["num_features"]), outputs)
+    problem = build_problem(module, likelihood, none(), 1, device)
+    return problem, likelihood, module
