@@ -44,14 +44,18 @@ def sample_prior(problem: Problem, count: int, generator: torch.Generator) -> Te
     Raises:
         ValueError: when some parameter has no prior (precision 0, as under ``none``).
     """
-    precision = problem.prior_precision.detach().cpu().double()
+    precision = problem.prior_precision.detach().double()
     if not bool((precision > 0).all()):
         raise ValueError(
             f"{int((precision <= 0).sum())} of {precision.numel()} parameters have prior "
             "precision 0 (a flat prior) and cannot be drawn; use a proper prior such as "
             "diag_normal, or pass your own sampler"
         )
-    noise = torch.randn((count, problem.dimension), generator=generator, dtype=torch.float64)
+    # A generator draws only on its own device (a CUDA generator cannot fill a CPU tensor):
+    # draw there, then move the draws to the problem's device.
+    noise = torch.randn(
+        (count, problem.dimension), generator=generator, dtype=torch.float64, device=generator.device
+    ).to(precision.device)
     return (noise / precision.sqrt()).to(problem.prior_precision.dtype)
 
 
@@ -110,7 +114,7 @@ def prior_predictive(
         chunk: how many draws one ``vmap`` call evaluates.
     """
     params = sampler(problem, draws, generator)
-    probabilities = sample_probabilities(problem, likelihood, params, inputs, chunk).double()
+    probabilities = sample_probabilities(problem, likelihood, params, inputs, chunk).double().cpu()
     classes = probabilities.shape[-1]
     assigned = torch.nn.functional.one_hot(probabilities.argmax(-1), classes).double()
     class_fractions = assigned.mean(dim=1).numpy()

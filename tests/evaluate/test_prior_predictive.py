@@ -65,3 +65,21 @@ def test_sample_prior_refuses_a_flat_prior() -> None:
     """Maximum likelihood has no prior to draw from; the message names a fix."""
     with pytest.raises(ValueError, match="prior precision 0 .* use a proper prior"):
         sample_prior(mlp_problem(none()), 3, torch.Generator())
+
+
+def test_sample_prior_draws_on_the_generators_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draws are made on the generator's device (a CUDA generator cannot fill a CPU
+    tensor: the default workflow's failure on an H100), then moved to the problem's."""
+    seen: list[torch.device] = []
+    original = torch.randn
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs.get("device"))  # None: torch would draw on the CPU
+        return original(*args, **kwargs)
+
+    problem = mlp_problem(diag_normal(1.0))
+    monkeypatch.setattr(torch, "randn", spy)
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    draws = sample_prior(problem, 5, generator)
+    assert seen == [generator.device]
+    assert draws.device == problem.prior_precision.device
