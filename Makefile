@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
 #   make run    # installs into .venv, then: bayesflow run workflows/cold_posterior.yaml
 #   make test   # installs into .venv (with test tools), then runs the test suite
+# and a third is the fast lane while working:
+#   make test-fast   # unit tests and one tiny end-to-end run, in parallel (under 3 minutes)
 # Both are fast when .venv is already set up: the install step is skipped unless
 # pyproject.toml changed.
 
@@ -15,7 +17,7 @@ ARGS   ?=
 # one sets pip's own environment variables (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL).
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: run test setup setup-dev bench clean
+.PHONY: run test test-fast setup setup-dev bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +46,12 @@ run: setup
 	$(BIN)/bayesflow run $(SPEC) $(ARGS)
 
 test: setup-dev
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 $(ARGS)
+
+# Unit tests (no `e2e` or `slow` mark) plus the `smoke` end-to-end run: the real command
+# line, MLflow store and Jupyter kernel on a tiny spec.
+test-fast: setup-dev
+	$(BIN)/python -m pytest -q -n 2 -m "(not e2e and not slow) or smoke" $(ARGS)
 
 bench: setup-dev
 	$(BIN)/python -m benchmarks.run $(ARGS)
