@@ -35,6 +35,8 @@ ARTIFACT_FOLDER = "mlartifacts"
 _SQLITE_PREFIX = "sqlite:///"
 # Where runs go when neither the spec, the command line nor MLFLOW_TRACKING_URI says.
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 # MLflow's largest page of search results (SEARCH_MAX_RESULTS_THRESHOLD).
 _PAGE_SIZE = 50_000
 
@@ -165,9 +167,12 @@ class MlflowTracker:
         return self._experiment_ids[name]
 
     def _create_experiment(self, name: str) -> str:
+        # MLflow 3's UI opens an experiment without this tag on its GenAI pages; the tag
+        # marks it as model development, so the UI opens on the runs table.
+        tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
         root = _artifact_root(self.uri)
         if root is None:
-            return str(self.client.create_experiment(name))
+            return str(self.client.create_experiment(name, tags=tags))
         # MlflowClient cannot name the artifact root, and the experiment id is only known
         # inside the creating transaction; a store with the root set derives
         # "<root>/<experiment id>" there, atomically.
@@ -175,7 +180,9 @@ class MlflowTracker:
 
         store = SqlAlchemyStore(self.uri, root)
         try:
-            return str(store.create_experiment(name))
+            from mlflow.entities import ExperimentTag
+
+            return str(store.create_experiment(name, tags=[ExperimentTag(k, v) for k, v in tags.items()]))
         finally:
             store.engine.dispose()
 
