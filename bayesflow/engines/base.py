@@ -7,6 +7,10 @@ an :class:`Engine`, a NamedTuple of functions over an explicit state::
     state, aux = engine.update(state, batch)      # once per minibatch
     posterior = engine.posterior(state)
 
+A batch is ``(inputs, targets)`` shared by every chain of the state, or a
+:class:`ChainBatch` that holds one minibatch per chain (``engine.streams`` > 1: each
+chain's own shuffled order, see :mod:`bayesflow.engines.fit`).
+
 Engines never log, write files or read YAML; the fit stage drives them and tracks
 what they return in ``aux``.
 
@@ -30,6 +34,7 @@ from bayesflow.errors import StageError
 __all__ = [
     "DENSE_DIMENSION_LIMIT",
     "Batch",
+    "ChainBatch",
     "Engine",
     "EngineBuilder",
     "Posterior",
@@ -46,6 +51,22 @@ __all__ = [
 DENSE_DIMENSION_LIMIT = 4096
 
 Batch = tuple[Tensor, Tensor]
+
+
+class ChainBatch(NamedTuple):
+    """One minibatch per chain: chain k's inputs are ``inputs[k]``, its targets ``targets[k]``.
+
+    Produced by :func:`~bayesflow.engines.fit.minibatches` for an engine with
+    ``streams`` > 1 (independent minibatch orders); an engine tells it from a plain
+    ``(inputs, targets)`` batch, which every chain shares, by its type.
+
+    Attributes:
+        inputs: (K, B, ...) inputs.
+        targets: (K, B, ...) targets.
+    """
+
+    inputs: Tensor
+    targets: Tensor
 
 
 @dataclass(frozen=True)
@@ -265,6 +286,10 @@ class Engine(NamedTuple):
         posterior: ``state -> Posterior``.
         passes: how many passes over the training data a fit makes (epochs).
         batch_size: minibatch size; ``None`` means full batch.
+        streams: how many minibatch orders a fit draws per epoch: 1 (every chain sees
+            the same batches), or K, one per chain, for an engine of K independent chains
+            or members (``update`` then also receives :class:`ChainBatch` batches; a plain
+            batch still means one batch that every chain shares).
     """
 
     init: Callable[[Tensor, torch.Generator], Any]
@@ -272,6 +297,7 @@ class Engine(NamedTuple):
     posterior: Callable[[Any], Posterior]
     passes: int
     batch_size: int | None
+    streams: int = 1
 
 
 class EngineBuilder(Protocol):

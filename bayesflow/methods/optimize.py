@@ -60,9 +60,9 @@ def build(problem: Problem, prior_weight: float, config: OptimizeSpec) -> Engine
     """
     import torch
     import torchopt
-    from torch.func import grad_and_value
 
     from bayesflow.engines.base import Engine, Posterior
+    from bayesflow.engines.gradient import value_and_grad
     from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
@@ -77,12 +77,12 @@ def build(problem: Problem, prior_weight: float, config: OptimizeSpec) -> Engine
         return OptimizeState(params, optimizer.init(params), 0)
 
     def update(state: OptimizeState, batch: Batch) -> tuple[OptimizeState, dict[str, Tensor]]:
-        grads, loss = grad_and_value(loss_fn)(state.params, batch)
+        (grads,), loss = value_and_grad(loss_fn, (state.params,), batch)
         updates, optimizer_state = optimizer.update(
             grads, state.optimizer, params=state.params, inplace=False
         )
         params = torchopt.apply_updates(state.params, updates, inplace=False)
-        return OptimizeState(params, optimizer_state, state.step + 1), {"loss": loss.detach()}
+        return OptimizeState(params, optimizer_state, state.step + 1), {"loss": loss}
 
     def posterior(state: OptimizeState) -> Posterior:
         return Posterior(mean=state.params, var=torch.zeros_like(state.params))

@@ -133,6 +133,7 @@ def build_variational(
     from torch.func import vmap
 
     from bayesflow.engines.base import Engine
+    from bayesflow.engines.gradient import value_and_grad
     from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
@@ -142,9 +143,9 @@ def build_variational(
     def log_posterior(params: Tensor, batch: Batch) -> Tensor:
         return problem.log_posterior(params, batch, prior_weight=prior_weight)
 
-    def loss_fn(variational: tuple[Tensor, Tensor], batch: Batch, noise: Tensor) -> Tensor:
-        mean, scale = variational
+    def loss_fn(mean: Tensor, scale: Tensor, batch: Batch, noise: Tensor) -> Tensor:
         draws = mean + family.times_factor(scale, noise)
+        # Several draws: vmap the forward inside the one reverse pass (not vmap(grad)).
         if draws.shape[0] == 1:  # one draw: skip vmap's overhead (benchmarks/profile.py)
             expected = log_posterior(draws[0], batch)
         else:
@@ -246,24 +247,6 @@ def entropy(
         - 0.5 * dimension * math.log(2 * math.pi)
     )
     return -log_q.mean()
-
-
-def value_and_grad(
-    loss_fn: Any, variational: tuple[Tensor, Tensor], batch: Batch, noise: Tensor
-) -> tuple[tuple[Tensor, ...], Tensor]:
-    """Gradients of the loss by plain reverse-mode autograd, and the detached loss.
-
-    Measured on Pima (benchmarks/profile.py): a step through torch.func's
-    ``grad_and_value`` spends most of its time in the transform's bookkeeping; plain
-    ``torch.autograd.grad`` on detached leaves gives the same numbers faster.
-    """
-    import torch
-
-    with torch.enable_grad():
-        leaves = tuple(tensor.detach().requires_grad_(True) for tensor in variational)
-        loss = loss_fn(leaves, batch, noise)
-        grads = torch.autograd.grad(loss, leaves)
-    return grads, loss.detach()
 
 
 def cholesky_factor(factor: Tensor) -> Tensor:
