@@ -3,12 +3,19 @@
 The samplers (:mod:`bayesflow.methods.sgld`, ``sghmc``, ``sgnht``, ``baoa``) differ only in
 their update rule. :func:`build_chains` binds the rest once, from the method's spec:
 
-- **chains**: ``chains: K`` runs K chains as one (K, d) tensor; the gradient of the
-  per-datum log posterior f is ``vmap(grad_and_value(f))`` over the chain axis, so there
-  is no Python loop over chains. Chain 0 starts from the parameters given to ``init``;
-  chains 1…K−1 from fresh ``problem.init_params`` draws (so parallel chains start apart,
-  as the members of a deep ensemble do; :mod:`bayesflow.methods.deep_ensemble` starts
-  the same way).
+- **chains**: ``chains: K`` runs K chains as one (K, d) tensor, with no Python loop over
+  chains; their gradients come from :func:`bayesflow.engines.gradient.chain_gradient`
+  (one reverse pass over the sum of the chains' log posteriors when each chain has its own
+  minibatch). Chain 0 starts from the parameters given to ``init``; chains 1…K−1 from
+  fresh ``problem.init_params`` draws (so parallel chains start apart, as the members of
+  a deep ensemble do; :mod:`bayesflow.methods.deep_ensemble` starts the same way).
+- **independent chains** (``minibatches: independent``, the default): each chain has its
+  own start, its own injected noise (the rows of each (K, d) draw) and its own minibatch
+  order (``Engine.streams`` = K, so :func:`bayesflow.engines.fit.minibatches` draws K
+  orders per epoch). Parallel SGHMC with ``keep: last`` is then K independent runs, an
+  asymptotically Bayesian deep ensemble (Duffield et al., 2025,
+  https://arxiv.org/abs/2406.00104). ``minibatches: shared`` feeds every chain the one
+  order a single chain would see (``streams`` = 1); full batch draws no order at all.
 - **temperature**: every sampler targets ``exp(f/𝒯)`` with 𝒯 = T / N
   (:mod:`bayesflow.temperature`); momenta start from N(0, 𝒯 I) and the injected noise
   variance is proportional to 𝒯. At T = 0 there is no noise, momenta start at 0, and each
@@ -33,6 +40,19 @@ their update rule. :func:`build_chains` binds the rest once, from the method's s
   states are appended in place to the state's ``samples`` list (a new list per step would
   cost O(S²)), so a state's list is shared with the states after it. Chain k's samples
   are rows ``k·S … (k+1)·S − 1`` of the posterior, so chains ``k₀ … k₁`` are contiguous.
+
+**Seeds and streams.** Everything random comes from the one generator given to ``init``
+(the fit stage's, seeded by the run's seed; a ``fit_group`` starts each cell's chains
+from a generator seeded by the cell's seed and then draws from the group's), in this order:
+
+1. ``init``: chains 1…K−1's starting points, ``problem.init_params(generator)`` each (one
+   integer from the generator reseeds torch's CPU generator, then the model's
+   ``reset_parameters`` run in module order: see docs/design.md for the plain-torch
+   recipe); then the initial momenta, one ``randn((K, d))`` (none at T = 0, none for SGLD);
+2. each epoch: the minibatch order(s), before the epoch's first step (one ``randperm(N)``,
+   or ``rand((K, N)).argsort(1)`` for K independent streams; nothing at full batch);
+3. each update step: the injected noise, one ``randn((K, d))`` (none at T = 0 or while a
+   cyclical schedule explores).
 """
 
 from __future__ import annotations
@@ -40,12 +60,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
-from torch.func import grad_and_value, vmap
 
-from bayesflow.engines.base import Batch, Posterior, Problem
+from bayesflow.engines.base import Engine, Posterior, Problem
+from bayesflow.engines.gradient import Gradient, chain_gradient
 from bayesflow.engines.optimize import steps_per_epoch
 from bayesflow.errors import StageError
 from bayesflow.methods.base import SamplerBase, SamplerScheduleSpec
@@ -55,7 +76,6 @@ __all__ = [
     "Chains",
     "build_chains",
     "build_step_size",
-    "chain_gradient",
     "chain_starts",
     "gaussian",
     "step_aux",
@@ -107,7 +127,8 @@ class Chains:
         config: the sampler's spec.
         per_datum: 𝒯 = T / N, the temperature of the per-datum log posterior: a float, or
             a (K, 1) tensor of one 𝒯 per chain.
-        gradient: ``(params (K, d), batch) -> (∇f (K, d), f (K,))``.
+        gradient: ``(params (K, d), batch) -> (∇f (K, d), f (K,))``, for a batch every
+            chain shares or a ``ChainBatch`` of one per chain.
         step_size: ``step -> (ε_t, exploring)``.
         count: K, the number of chains.
         hot: whether any chain has T > 0 (else no noise is ever drawn).
@@ -117,10 +138,27 @@ class Chains:
     problem: Problem
     config: SamplerBase
     per_datum: float | Tensor
-    gradient: Callable[[Tensor, Batch], tuple[Tensor, Tensor]]
+    gradient: Gradient
     step_size: StepSize
     count: int
     hot: bool
+
+    @property
+    def streams(self) -> int:
+        """``Engine.streams``: K independent minibatch orders, or 1 when the chains share
+        one (``minibatches: shared``, one chain, or full batch)."""
+        config = self.config
+        if config.minibatches == "shared" or config.batch_size is None:
+            return 1
+        return self.count
+
+    def engine(self, init: Callable[..., Any], update: Callable[..., Any],
+               posterior: Callable[[Any], Posterior]) -> Engine:
+        """The sampler's :class:`~bayesflow.engines.base.Engine`: its functions, with the
+        spec's epochs and batch size and the chains' minibatch streams."""
+        return Engine(
+            init, update, posterior, self.config.epochs, self.config.batch_size, self.streams
+        )
 
     def start(self, params: Tensor, generator: torch.Generator) -> Tensor:
         """The K chains' starting points (K, d): from ``params`` (d,) as the module doc
@@ -193,80 +231,31 @@ def build_chains(
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
     step_size = build_step_size(config.lr, config.schedule, total_steps)
     if isinstance(tempering, Tempering):
-        prior_weight = tempering.prior_weight
-
-        def log_posterior(params: Tensor, batch: Batch) -> Tensor:
-            return problem.log_posterior(params, batch, prior_weight=prior_weight)
-
-        gradient = chain_gradient_single(log_posterior) if config.chains == 1 else vmap(
-            grad_and_value(log_posterior), in_dims=(0, None)
-        )
         return Chains(
             name,
             problem,
             config,
             tempering.per_datum,
-            gradient,
+            chain_gradient(problem, tempering.prior_weight),
             step_size,
             count=config.chains,
             hot=tempering.per_datum > 0,
         )
     like = problem.prior_precision.new_empty(0, device=problem.device)
     per_datum = torch.tensor(tempering.per_datum).to(like).unsqueeze(-1)
+    weights = tempering.prior_weight
+    # One c for every chain unless the likelihood convention gives each its own T_k.
+    prior_weight = weights[0] if len(set(weights)) == 1 else torch.tensor(weights).to(like)
     return Chains(
         name,
         problem,
         config,
         per_datum,
-        chain_gradient(problem, tempering.prior_weight, like),
+        chain_gradient(problem, prior_weight),
         step_size,
         count=len(tempering.temperatures),
         hot=max(tempering.per_datum) > 0,
     )
-
-
-def chain_gradient_single(
-    log_posterior: Callable[[Tensor, Batch], Tensor],
-) -> Callable[[Tensor, Batch], tuple[Tensor, Tensor]]:
-    """The gradient of one chain (1, d) by plain reverse-mode autograd.
-
-    Same values as ``vmap(grad_and_value(f))`` over one chain, without the transforms'
-    bookkeeping, which dominated a Pima step (measured 4.3 → 1.2 ms, benchmarks/profile.py).
-    """
-
-    def gradient(params: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
-        with torch.enable_grad():
-            leaf = params[0].detach().requires_grad_(True)
-            value = log_posterior(leaf, batch)
-            (grads,) = torch.autograd.grad(value, leaf)
-        return grads.unsqueeze(0), value.detach().unsqueeze(0)
-
-    return gradient
-
-
-def chain_gradient(
-    problem: Problem, prior_weights: tuple[float, ...], like: Tensor
-) -> Callable[[Tensor, Batch], tuple[Tensor, Tensor]]:
-    """``vmap(grad_and_value(f))`` over chains whose prior weights ``c_k`` may differ (the
-    likelihood convention at several temperatures): c is vmapped with the chains."""
-    if len(set(prior_weights)) == 1:
-        weight = prior_weights[0]
-
-        def shared(params: Tensor, batch: Batch) -> Tensor:
-            return problem.log_posterior(params, batch, prior_weight=weight)
-
-        return vmap(grad_and_value(shared), in_dims=(0, None))
-
-    def weighted(params: Tensor, batch: Batch, weight: Tensor) -> Tensor:
-        return problem.log_posterior(params, batch, prior_weight=weight)  # type: ignore[arg-type]
-
-    batched = vmap(grad_and_value(weighted), in_dims=(0, None, 0))
-    weights = torch.tensor(prior_weights).to(like)
-
-    def gradient(params: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
-        return batched(params, batch, weights)  # type: ignore[no-any-return]
-
-    return gradient
 
 
 def step_aux(log_posterior: Tensor) -> dict[str, Tensor]:

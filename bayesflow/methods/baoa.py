@@ -59,7 +59,6 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: BAOAS
         config: the method's spec (step size and schedule, friction, chains, burn-in,
             thinning, keep).
     """
-    from bayesflow.engines.base import Engine
     from bayesflow.engines.sgmcmc import build_chains
 
     friction = config.alpha
@@ -85,7 +84,7 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: BAOAS
     def posterior(state: BAOAState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)
 
-    return Engine(init, update, posterior, config.epochs, config.batch_size)
+    return chains.engine(init, update, posterior)
 
 
 class BAOAState(NamedTuple):

@@ -22,9 +22,11 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from bayesflow.spec.strict import Strict
 
 __all__ = [
+    "MINIBATCHES_DESCRIPTION",
     "PREDICTION_DESCRIPTION",
     "Method",
     "MethodBase",
+    "Minibatches",
     "OptimizerSpec",
     "Prediction",
     "SamplerBase",
@@ -184,6 +186,18 @@ PREDICTION_DESCRIPTION = (
 )
 
 
+Minibatches = Literal["independent", "shared"]
+MINIBATCHES_DESCRIPTION = (
+    "How the K parallel chains (ensemble members) draw minibatches: `independent` gives "
+    "each its own shuffled order every epoch, so that with their own starts and noise the "
+    "K chains are K independent runs, still one vectorised program (parallel SGHMC is an "
+    "asymptotically Bayesian deep ensemble only with independent chains: Duffield et al., "
+    "2025, https://arxiv.org/abs/2406.00104); `shared` feeds every chain the one order a "
+    "single chain would see (the stream of earlier bayesflow versions; to compare chains "
+    "on identical data). No effect on one chain or at full batch."
+)
+
+
 class SamplerScheduleSpec(Strict):
     """A step-size schedule of an SG-MCMC sampler over its update steps."""
 
@@ -224,6 +238,7 @@ class SamplerBase(MethodBase):
     burn_in: int = Field(0, ge=0, description="Update steps discarded before collecting.")
     thin: PositiveInt = Field(1, description="Keep one sample every `thin` steps after burn-in.")
     chains: PositiveInt = Field(1, description="Number of chains run at once (vectorised).")
+    minibatches: Minibatches = Field("independent", description=MINIBATCHES_DESCRIPTION)
     keep: Literal["all", "last"] = Field(
         "all",
         description="Keep every thinned sample of each chain, or only each chain's last "

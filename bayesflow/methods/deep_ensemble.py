@@ -7,10 +7,15 @@ posterior of :mod:`bayesflow.temperature`, as ``map`` does::
 
     loss_k(θ_k; batch) = −f(θ_k; batch) = −mean log p(yᵢ|xᵢ,θ_k) − c · log p(θ_k) / N
 
-The K members are one (K, d) tensor: their gradients are ``vmap(grad(f))`` over the
-member axis, and the torchopt optimisers (sgd, adam, adamw: element-wise rules) update
-the stacked tensor exactly as they would each member alone, so there is no Python loop
-over members. All members see the same minibatches.
+The K members are one (K, d) tensor: their gradients come from
+:func:`bayesflow.engines.gradient.chain_gradient` (one reverse pass over the members'
+summed losses when each has its own minibatch), and the torchopt optimisers (sgd, adam,
+adamw: element-wise rules) update the stacked tensor exactly as they would each member
+alone, so there is no Python loop over members. The members are independent fits: each
+its own start and, with ``minibatches: independent`` (the default), its own shuffled
+minibatch order every epoch (``Engine.streams`` = K); member k is then exactly ``map``
+from member k's start fed member k's order. ``minibatches: shared`` gives every member
+the one order a single fit would see.
 
 Temperature: as for ``map``, the temperature enters only through the prior weight c (1
 when the whole posterior is tempered, T when only the likelihood is), so one fit serves
@@ -28,7 +33,14 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import Field, PositiveInt
 
-from bayesflow.methods.base import Method, MethodBase, OptimizerSpec, Traits
+from bayesflow.methods.base import (
+    MINIBATCHES_DESCRIPTION,
+    Method,
+    MethodBase,
+    Minibatches,
+    OptimizerSpec,
+    Traits,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +60,7 @@ class DeepEnsembleSpec(MethodBase):
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimiser.")
     epochs: PositiveInt = Field(100, description="Passes over the training data.")
     batch_size: PositiveInt | None = Field(128, description="Minibatch size; null for full batch.")
+    minibatches: Minibatches = Field("independent", description=MINIBATCHES_DESCRIPTION)
 
 
 def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> Engine:
@@ -56,23 +69,20 @@ def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> E
     Args:
         problem: the model, likelihood, prior and data size.
         tempering: the convention and temperature, which set the prior weight c.
-        config: the method's spec (members, optimiser, epochs, batch size).
+        config: the method's spec (members, optimiser, epochs, batch size, minibatches).
     """
     import torchopt
-    from torch.func import grad_and_value, vmap
 
     from bayesflow.engines.base import Engine, Posterior
+    from bayesflow.engines.gradient import chain_gradient
     from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
     from bayesflow.engines.sgmcmc import chain_starts
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
     optimizer = build_optimizer(config.optimizer, total_steps)
-    prior_weight = tempering.prior_weight
-
-    def loss_fn(params: Tensor, batch: Batch) -> Tensor:
-        return -problem.log_posterior(params, batch, prior_weight=prior_weight)
-
-    gradient = vmap(grad_and_value(loss_fn), in_dims=(0, None))
+    gradient = chain_gradient(problem, tempering.prior_weight)
+    independent = config.minibatches == "independent" and config.batch_size is not None
+    streams = config.members if independent else 1
 
     def init(params: Tensor, generator: torch.Generator) -> DeepEnsembleState:
         members = chain_starts(problem, params, config.members, generator)
@@ -81,18 +91,19 @@ def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> E
     def update(
         state: DeepEnsembleState, batch: Batch
     ) -> tuple[DeepEnsembleState, dict[str, Tensor]]:
-        grads, losses = gradient(state.params, batch)
+        ascent, log_posteriors = gradient(state.params, batch)
+        # The members minimise the loss −f, so its gradient is −∇f.
         updates, optimizer_state = optimizer.update(
-            grads, state.optimizer, params=state.params, inplace=False
+            -ascent, state.optimizer, params=state.params, inplace=False
         )
         params = torchopt.apply_updates(state.params, updates, inplace=False)
         new_state = DeepEnsembleState(params, optimizer_state, state.step + 1)
-        return new_state, {"loss": losses.mean().detach()}
+        return new_state, {"loss": -log_posteriors.mean()}
 
     def posterior(state: DeepEnsembleState) -> Posterior:
         return Posterior(samples=state.params)
 
-    return Engine(init, update, posterior, config.epochs, config.batch_size)
+    return Engine(init, update, posterior, config.epochs, config.batch_size, streams)
 
 
 class DeepEnsembleState(NamedTuple):

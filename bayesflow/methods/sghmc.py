@@ -15,8 +15,10 @@ N(0, 𝒯). At T = 0 there is no noise and the update is exactly heavy-ball mome
 gradient ascent on f.
 
 ``chains: K`` runs K chains at once; with ``keep: last`` only each chain's final state
-is kept: parallel SGHMC, the Bayesian deep ensemble. Chains, step-size schedules,
-burn-in and thinning are those of :mod:`bayesflow.engines.sgmcmc`.
+is kept: parallel SGHMC, the Bayesian deep ensemble. The chains are independent runs (own
+start, noise and minibatch order; ``minibatches: shared`` gives them one order).
+Chains, step-size schedules, burn-in and thinning are those of
+:mod:`bayesflow.engines.sgmcmc`.
 """
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGHMC
     Raises:
         ValueError: when ``2α < εβ``, which would make the noise variance negative.
     """
-    from bayesflow.engines.base import Engine
     from bayesflow.engines.sgmcmc import build_chains
 
     friction, beta = config.alpha, config.beta
@@ -88,7 +89,7 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGHMC
     def posterior(state: SGHMCState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)
 
-    return Engine(init, update, posterior, config.epochs, config.batch_size)
+    return chains.engine(init, update, posterior)
 
 
 class SGHMCState(NamedTuple):

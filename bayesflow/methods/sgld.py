@@ -56,7 +56,6 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGLDS
     Raises:
         ValueError: when ``εβ > 2``, which would make the noise variance negative.
     """
-    from bayesflow.engines.base import Engine
     from bayesflow.engines.sgmcmc import build_chains
 
     beta = config.beta
@@ -83,7 +82,7 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGLDS
     def posterior(state: SGLDState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)
 
-    return Engine(init, update, posterior, config.epochs, config.batch_size)
+    return chains.engine(init, update, posterior)
 
 
 class SGLDState(NamedTuple):

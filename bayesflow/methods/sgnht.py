@@ -65,7 +65,6 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGNHT
     """
     from torch import Tensor
 
-    from bayesflow.engines.base import Engine
     from bayesflow.engines.sgmcmc import build_chains
 
     friction, beta = config.alpha, config.beta
@@ -103,7 +102,7 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGNHT
     def posterior(state: SGNHTState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)
 
-    return Engine(init, update, posterior, config.epochs, config.batch_size)
+    return chains.engine(init, update, posterior)
 
 
 class SGNHTState(NamedTuple):

@@ -70,7 +70,8 @@ def test_likelihood_convention_weights_each_chain_prior(regression: Regression) 
     """Under the likelihood convention chain k's prior weight is its own T_k: at T = 0 the
     chains of a grid find the scalar engine's modes at each temperature."""
     problem, inputs, targets = regression
-    config = spec("sgld", lr=0.3, epochs=60, keep="last", chains=1)
+    # One shared minibatch order, so the grid's two chains see the single chain's batches.
+    config = spec("sgld", lr=0.3, epochs=60, keep="last", chains=1, minibatches="shared")
     start = torch.zeros(problem.dimension, dtype=torch.float64)
     grid = ChainTempering((0.0, 0.0), NUM_DATA, "likelihood")
     engine = METHODS.get("sgld").builder()(problem, grid, config)
