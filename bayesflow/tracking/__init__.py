@@ -1,8 +1,13 @@
-"""Tracking: where runs, metrics and artifacts are recorded.
+"""Tracking: where runs, metrics and artifacts are recorded; MLflow is a sink.
 
 :class:`MlflowTracker` writes to a real MLflow store (and is the only code that imports
 mlflow, lazily); :class:`InMemoryTracker` is its test double. Both satisfy
 :class:`Tracker`. :func:`results_frame` turns a set of fit runs into one table.
+
+:mod:`bayesflow.tracking.hook` writes a run's stages to a tracker after their artefacts
+exist; :mod:`bayesflow.tracking.read` reads finished runs back for people (``bayesflow.
+results``, ``histories``, ``posteriors``, ...), never for a stage. Neither is imported
+here, so ``import bayesflow.tracking`` stays cheap.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from bayesflow.tracking.base import (
     PARENT_TAG,
     RUN_NAME_TAG,
     RUN_STATUSES,
+    STAGES_ARTIFACT,
     RunRecord,
     Tracker,
 )
@@ -26,11 +32,13 @@ __all__ = [
     "PARENT_TAG",
     "RUN_NAME_TAG",
     "RUN_STATUSES",
+    "STAGES_ARTIFACT",
     "SWEEP_COLUMNS",
     "InMemoryTracker",
     "MlflowTracker",
     "RunRecord",
     "Tracker",
+    "records_frame",
     "resolve_tracking_uri",
     "results_frame",
 ]
@@ -52,9 +60,13 @@ def results_frame(tracker: Tracker, run_ids: list[str]) -> pandas.DataFrame:
         float column per metric name seen in any run (NaN where a run lacks it),
         ``run_id`` and ``run_name``; sorted by method, temperature, seed.
     """
+    return records_frame([tracker.get_run(run_id) for run_id in run_ids])
+
+
+def records_frame(records: list[RunRecord]) -> pandas.DataFrame:
+    """:func:`results_frame` of run records already read."""
     import pandas
 
-    records = [tracker.get_run(run_id) for run_id in run_ids]
     metric_names = sorted({name for record in records for name in record.metrics})
     rows = [
         {

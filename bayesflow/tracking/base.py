@@ -20,6 +20,7 @@ __all__ = [
     "PARENT_TAG",
     "RUN_NAME_TAG",
     "RUN_STATUSES",
+    "STAGES_ARTIFACT",
     "RunRecord",
     "Tracker",
     "check_status",
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 PARENT_TAG = "mlflow.parentRunId"
+# The parent run's record of which run holds each fit stage of its plan.
+STAGES_ARTIFACT = "bayesflow/stages.json"
 RUN_NAME_TAG = "mlflow.runName"
 # The statuses a run can end with; a run is "RUNNING" until then.
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
@@ -95,6 +98,18 @@ class Tracker(Protocol):
 
     def get_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """Every ``(step, value)`` logged for ``key``, ordered by step."""
+        ...
+
+    def log_batch(
+        self,
+        run_id: str,
+        *,
+        metrics: dict[str, float] | None = None,
+        histories: dict[str, Sequence[float]] | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        """Log metrics (at step 0), whole histories (steps 0, 1, ...) and tags at once:
+        one request to the store, however many (the store splits it into its pages)."""
         ...
 
     def log_artifact(

@@ -110,6 +110,23 @@ class InMemoryTracker:
         timestamp = int(time.time() * 1000)
         self._append(run_id, key, [(int(s), timestamp, float(v)) for s, v in zip(steps, values)])
 
+    def log_batch(
+        self,
+        run_id: str,
+        *,
+        metrics: dict[str, float] | None = None,
+        histories: dict[str, Sequence[float]] | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        """Log metrics, histories and tags; see :meth:`bayesflow.tracking.Tracker.log_batch`."""
+        self._record(run_id)
+        if metrics:
+            self.log_metrics(run_id, metrics)
+        for key, values in (histories or {}).items():
+            self.log_history(run_id, key, values)
+        if tags:
+            self.set_tags(run_id, tags)
+
     def _append(self, run_id: str, key: str, points: list[tuple[int, int, float]]) -> None:
         history = self._histories[run_id].setdefault(key, [])
         history.extend(points)
@@ -151,8 +168,12 @@ class InMemoryTracker:
         record.end_time = time.time()
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
-        """Set tags of a run (values stringified)."""
-        self._record(run_id).tags.update({key: str(value) for key, value in tags.items()})
+        """Set tags of a run (values stringified); ``mlflow.parentRunId`` moves it under
+        another parent, as in MLflow."""
+        record = self._record(run_id)
+        record.tags.update({key: str(value) for key, value in tags.items()})
+        if PARENT_TAG in tags:
+            record.parent_id = str(tags[PARENT_TAG])
 
     def get_run(self, run_id: str) -> RunRecord:
         """A copy of the run's record."""

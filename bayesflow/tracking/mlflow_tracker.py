@@ -261,6 +261,28 @@ class MlflowTracker:
         with self._translate(f"logging history {key!r} of run {run_id}"):
             self.client.log_batch(run_id, metrics=batch)
 
+    def log_batch(
+        self,
+        run_id: str,
+        *,
+        metrics: dict[str, float] | None = None,
+        histories: dict[str, Sequence[float]] | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        """Log metrics, histories and tags with one ``MlflowClient.log_batch`` call (which
+        splits it into MLflow's pages of 1,000 metrics and 100 tags)."""
+        from mlflow.entities import Metric, RunTag
+
+        timestamp = int(time.time() * 1000)
+        batch = [Metric(key, float(value), timestamp, 0) for key, value in (metrics or {}).items()]
+        for key, values in (histories or {}).items():
+            batch += [Metric(key, float(value), timestamp, step) for step, value in enumerate(values)]
+        labels = [RunTag(key, str(value)) for key, value in (tags or {}).items()]
+        if not batch and not labels:
+            return
+        with self._translate(f"logging a batch of run {run_id}"):
+            self.client.log_batch(run_id, metrics=batch, tags=labels)
+
     def get_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """Every ``(step, value)`` of a metric, ordered by step."""
         with self._translate(f"reading history {key!r} of run {run_id}"):

@@ -109,6 +109,23 @@ def test_history_is_one_batched_call(tracker, experiment, monkeypatch) -> None:
     assert len(calls) == 1
 
 
+def test_batch_logs_metrics_histories_and_tags_at_once(tracker, experiment, monkeypatch) -> None:
+    """log_batch sets metrics at step 0, whole histories and tags; MLflow gets one call."""
+    run = tracker.start_run(experiment, "run")
+    calls = []
+    if isinstance(tracker, MlflowTracker):
+        original = tracker.client.log_batch
+        monkeypatch.setattr(
+            tracker.client, "log_batch", lambda *a, **k: calls.append(1) or original(*a, **k)
+        )
+    tracker.log_batch(run, metrics={"steps": 3.0}, histories={"loss": [3.0, 2.0, 1.0]},
+                      tags={"note": "ok"})
+    record = tracker.get_run(run)
+    assert record.metrics == {"steps": 3.0, "loss": 1.0} and record.tags["note"] == "ok"
+    assert tracker.get_history(run, "loss") == [(0, 3.0), (1, 2.0), (2, 1.0)]
+    assert calls == ([1] if isinstance(tracker, MlflowTracker) else [])
+
+
 def test_artifacts_round_trip(tracker, experiment, tmp_path) -> None:
     """A file and a text artifact come back byte for byte, alone or as a folder."""
     run = tracker.start_run(experiment, "run")
@@ -146,6 +163,15 @@ def test_search_by_tag_parent_and_status(tracker, experiment) -> None:
     assert [record.run_id for record in finished] == [children[0]]
     assert len(tracker.search_runs(experiment, tags={"workflow": "demo"})) == 3
     assert tracker.search_runs("no such experiment") == []
+
+
+def test_parent_tag_moves_a_run(tracker, experiment) -> None:
+    """Setting ``mlflow.parentRunId`` moves a child under another parent, for search too."""
+    parent, (child, _) = start_family(tracker, experiment)
+    other = tracker.start_run(experiment, "other parent")
+    tracker.set_tags(child, {"mlflow.parentRunId": other})
+    assert tracker.get_run(child).parent_id == other
+    assert [r.run_id for r in tracker.search_runs(experiment, parent_id=other)] == [child]
 
 
 def test_end_status_killed_persists(tracker, experiment) -> None:
