@@ -167,7 +167,7 @@ def test_search_by_tag_parent_and_status(tracker, experiment) -> None:
 
 def test_parent_tag_moves_a_run(tracker, experiment) -> None:
     """Setting ``mlflow.parentRunId`` moves a child under another parent, for search too."""
-    parent, (child, _) = start_family(tracker, experiment)
+    _, (child, _) = start_family(tracker, experiment)
     other = tracker.start_run(experiment, "other parent")
     tracker.set_tags(child, {"mlflow.parentRunId": other})
     assert tracker.get_run(child).parent_id == other
