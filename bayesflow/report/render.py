@@ -31,6 +31,7 @@ points at another interpreter (without bayesflow) is never picked.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -52,6 +53,7 @@ __all__ = [
     "find_template",
     "list_templates",
     "render_report",
+    "source_digest",
     "template_folders",
 ]
 
@@ -157,6 +159,24 @@ def find_template(template: str | Path) -> Path:
         f"report template {str(template)!r} not found; expected a path to a jupytext "
         f"percent .py file or one of the templates [{available}] (searched {searched})"
     )
+
+
+def source_digest(template: str | Path | None = None) -> str:
+    """A hash of what figures and reports are drawn with, for the keys of plot and report
+    stages: the sources of :mod:`bayesflow.report` and, given a template, the template
+    file's content (found as :func:`render_report` finds it).
+
+    Raises:
+        RegistryError: the template does not exist.
+    """
+    digest = hashlib.sha256()
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    if template is not None:
+        sources.append(find_template(template))
+    for path in sources:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def render_report(

@@ -33,6 +33,7 @@ def synthetic_results() -> pd.DataFrame:
                         "method": method,
                         "engine": engine,
                         "temperature": temperature,
+                        "temperature_shared": method == "map",
                         "seed": seed,
                         "status": "FAILED" if failed else "FINISHED",
                         "test_nll": math.nan if failed else nll,
@@ -41,6 +42,8 @@ def synthetic_results() -> pd.DataFrame:
                         "test_brier": math.nan if failed else 0.12,
                         "fit_seconds": 1.5,
                         "steps": 100,
+                        "cell": f"fit/{method}/T={temperature:g}/seed={seed}",
+                        "error": "diverged" if failed else "",
                         "run_id": f"run-{len(rows)}",
                     }
                 )
