@@ -31,6 +31,19 @@ class DataWarning(UserWarning):
     """The data can be used, but probably not as meant (a constant column, an empty class)."""
 
 
+# Warnings already given in this process, by (data, message): the command line loads the
+# data twice (to plan, then to run), and libraries that reset the warnings registry
+# (``warnings.catch_warnings``, used by scikit-learn) would let Python's own "once" repeat it.
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _warn_once(message: str, data: str) -> None:
+    """Warn ``message`` (a :class:`DataWarning`) unless it was given for ``data`` already."""
+    if (data, message) not in _WARNED:
+        _WARNED.add((data, message))
+        warnings.warn(message, DataWarning, stacklevel=3)
+
+
 def _rows(mask: np.ndarray) -> str:
     """``row 4`` or ``rows 4, 9, 12, ...`` (1-based data rows, the header not counted)."""
     rows = (np.flatnonzero(mask) + 1).tolist()
@@ -150,34 +163,35 @@ def check_data(dataset: Dataset, likelihood_name: str, source: str | None = None
     if likelihood_name == "categorical" and dataset.num_classes and len(dataset.y_train):
         absent = sorted(set(range(dataset.num_classes)) - set(np.unique(dataset.y_train).tolist()))
         if absent:
-            warnings.warn(
+            _warn_once(
                 f"data.target: class{'es' if len(absent) > 1 else ''} {_values(absent)} of "
                 f"0..{dataset.num_classes - 1} {'have' if len(absent) > 1 else 'has'} no training rows "
                 f"in {dataset.target}; the model still gets an output per class. If the labels "
                 "are not 0..K-1 (1-based, or codes), relabel them",
-                DataWarning, stacklevel=2,
+                where,
             )
 
 
 def standardize(
-    x_train: np.ndarray, x_test: np.ndarray, columns: Sequence[str], where: str
+    x_train: np.ndarray, x_test: np.ndarray, columns: Sequence[str], where: str, path: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Centre and scale every column by its training mean and standard deviation.
 
     A column constant in the training rows is centred only: divided by a zero spread it
     would turn any other test value into ±1e8. It is kept, with a :class:`DataWarning`
-    naming it, since it is harmless to the fit and may vary in other data.
+    naming it (once per ``path``, default ``where``), since it is harmless to the fit
+    and may vary in other data.
     """
     mean, spread = x_train.mean(0), x_train.std(0)
     constant = spread == 0
     if constant.any():
         names = [repr(str(name)) for name, flat in zip(columns, constant) if flat]
         many = len(names) > 1
-        warnings.warn(
+        _warn_once(
             f"data.standardize: column{'s' if many else ''} {_values(names)} of {where} "
             f"{'are' if many else 'is'} constant in the training rows and so carr{'y' if many else 'ies'} "
             f"no information; centred, not scaled. Drop {'them' if many else 'it'} to silence this warning",
-            DataWarning, stacklevel=3,
+            path or where,
         )
     # 1e-8 keeps the scale of every other column as it always was (and with it the digest).
     spread = np.where(constant, 1.0, spread + 1e-8)

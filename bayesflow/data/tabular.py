@@ -113,20 +113,19 @@ def _read_csv(path: str, target: str, base_dir: Path | None) -> Any:
 def _parse(file: Path) -> Any:
     """``pandas.read_csv(file)``, its failures turned into a DataError naming the line.
 
-    ``index_col=False``: by default pandas silently makes the first columns an index
-    when the rows have more fields than the header, shifting every value.
+    When the first row has more fields than the header, pandas silently makes the first
+    columns an index, shifting every value: that is refused too.
     """
-    import warnings
-
     import pandas as pd
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            return pd.read_csv(file, index_col=False)
+        frame = pd.read_csv(file)
+        if isinstance(frame.index, pd.RangeIndex):
+            return frame
+        problem = _ragged(file) or "has rows with more fields than the header"
     except pd.errors.EmptyDataError:
         problem = "is empty; a CSV file needs a header row naming the columns, then one row per example"
-    except (pd.errors.ParserError, pd.errors.ParserWarning, UnicodeDecodeError) as error:
+    except (pd.errors.ParserError, UnicodeDecodeError) as error:
         problem = _ragged(file) or (
             f"cannot be read as CSV ({str(error).strip()}); give a text file of comma-separated "
             "values with a header row"
@@ -224,7 +223,7 @@ def csv(
         x, y, test_fraction, split_seed, integer_target, where, str(file)
     )
     if standardize:
-        x_train, x_test = standardize_columns(x_train, x_test, list(features.columns), file.name)
+        x_train, x_test = standardize_columns(x_train, x_test, list(features.columns), file.name, str(file))
     return Dataset(
         x_train.astype(np.float32), y_train, x_test.astype(np.float32), y_test, task, classes,
         source=str(file), target=f"the target column {target!r} of {file.name}",
