@@ -1,9 +1,11 @@
-"""Split R-hat and effective sample size across chains (Vehtari et al. 2021).
+"""Split R-hat and effective sample size across chains, as ArviZ computes them.
 
 Both take a (chains, draws) array of one scalar summary (the log posterior, one
 parameter, one prediction) and follow "Rank-normalization, folding, and localization:
 an improved R-hat" (Vehtari, Gelman, Simpson, Carpenter & Bürkner 2021,
-https://arxiv.org/abs/1903.08008), as Stan and ArviZ compute them:
+https://arxiv.org/abs/1903.08008) with ArviZ's defaults, ``arviz.rhat(method="rank")``
+and ``arviz.ess(method="bulk")``; tests/evaluate/test_reference_libraries.py checks
+both against ArviZ to 1e-6:
 
 - each chain is split into halves (a middle draw of an odd chain is dropped), so a chain
   that drifts shows up as two chains that disagree;
@@ -11,8 +13,14 @@ https://arxiv.org/abs/1903.08008), as Stan and ArviZ compute them:
   all S draws, which makes both numbers well defined for heavy tails;
 - R̂ = max(R̂_bulk, R̂_tail), R̂ of the rank-normalised draws and of the rank-normalised
   folded draws |θ − median θ|; R̂ = √(var⁺/W), var⁺ = (n−1)/n W + B/n;
-- bulk ESS = M·n / τ̂ on the rank-normalised split chains, τ̂ = −1 + 2 Σₜ ρ̂ₜ summed by
-  Geyer's initial monotone positive sequence, ρ̂ₜ from the chains' FFT autocovariances.
+- bulk ESS = M·n / τ̂ on the rank-normalised split chains, τ̂ = −1 + 2 Σₜ ρ̂ₜ truncated
+  by Geyer's initial positive sequence and made monotone, exactly as Stan and ArviZ do
+  it (:func:`_autocorrelation_time`).
+
+Where ArviZ returns ``nan`` bayesflow does too (a NaN draw), with two exceptions: fewer
+than 4 draws per chain is an error, and one chain gets the R̂ of its two halves (ArviZ
+asks for two chains). A constant summary has R̂ ``nan`` and, as in ArviZ, an ESS equal
+to its number of (split) draws.
 
 For SG-MCMC these are approximate: minibatch noise and a step size that is not
 Metropolis-corrected make the chains sample a perturbed target, and R̂ ≈ 1 says the
@@ -66,7 +74,7 @@ def _rhat(draws: np.ndarray) -> float:
 
 
 def split_rhat(values: Any) -> float:
-    """Rank-normalised split R̂ (the maximum of bulk and tail R̂).
+    """Rank-normalised split R̂ (the maximum of bulk and tail R̂), ArviZ's ``method="rank"``.
 
     Approximate for SG-MCMC (module docstring). Values above 1.01 (Vehtari et al.'s
     threshold) or, more leniently, 1.1 say the chains have not mixed.
@@ -75,11 +83,16 @@ def split_rhat(values: Any) -> float:
         values: (chains, draws) of one scalar summary; at least 4 draws per chain.
 
     Returns:
-        R̂ ≥ about 1; ``nan`` when every draw is equal.
+        R̂ ≥ about 1; ``nan`` when every draw is equal or any draw is NaN, ``inf`` when
+        each chain is constant but the chains differ.
     """
-    split = _split(_draws(values))
+    draws = _draws(values)
+    if np.isnan(draws).any():
+        return float("nan")
+    split = _split(draws)
     bulk = _rhat(_rank_normalise(split))
     tail = _rhat(_rank_normalise(np.abs(split - np.median(split))))
+    # Python's max keeps its first argument when the second is nan, as ArviZ's does.
     return float(max(bulk, tail))
 
 
@@ -92,35 +105,54 @@ def _autocovariance(draws: np.ndarray) -> np.ndarray:
     return np.fft.irfft(spectrum * np.conj(spectrum), n=size, axis=1)[:, :length] / length
 
 
+def _autocorrelation_time(rho: np.ndarray) -> float:
+    """τ̂ = −1 + 2 Σₜ ρ̂ₜ from the combined autocorrelations ρ̂₀ … ρ̂ₙ₋₁ (ρ̂₀ = 1).
+
+    Stan's and ArviZ's estimator, step for step: pairs ρ̂₂ₖ + ρ̂₂ₖ₊₁ are kept while
+    positive and the lag stays below n − 3 (Geyer's initial positive sequence), the even
+    term of the first pair left out is added when positive, and the kept pairs are
+    forced non-increasing (Geyer's initial monotone sequence) by replacing a pair that
+    rises with the mean of the pair before it.
+    """
+    length = rho.size
+    kept = np.zeros(length)
+    kept[0], kept[1] = 1.0, rho[1]
+    even, odd = 1.0, rho[1]
+    lag = 1
+    while lag < length - 3 and even + odd > 0:
+        even, odd = rho[lag + 1], rho[lag + 2]
+        if even + odd >= 0:
+            kept[lag + 1], kept[lag + 2] = even, odd
+        lag += 2
+    last = lag - 2
+    if even > 0:
+        kept[last + 1] = even
+    for lag in range(1, last - 1, 2):
+        if kept[lag + 1] + kept[lag + 2] > kept[lag - 1] + kept[lag]:
+            kept[lag + 1] = kept[lag + 2] = (kept[lag - 1] + kept[lag]) / 2
+    return float(-1.0 + 2.0 * kept[: last + 1].sum() + kept[last + 1 : last + 2].sum())
+
+
 def _ess(draws: np.ndarray) -> float:
-    """ESS of (M, n) draws by Geyer's initial monotone sequence (Stan's estimator)."""
+    """ESS of (M, n) draws, Stan's and ArviZ's estimator."""
     chains, length = draws.shape
+    size = chains * length
+    # A constant has no Monte Carlo error: ArviZ reports every draw as effective.
+    if np.ptp(draws) < np.finfo(np.float64).resolution:
+        return float(size)
     autocovariance = _autocovariance(draws)
     within = autocovariance[:, 0].mean() * length / (length - 1)
     pooled = within * (length - 1) / length
     if chains > 1:
         pooled += draws.mean(axis=1).var(ddof=1)
-    if pooled == 0:
-        return float("nan")
     rho = 1 - (within - autocovariance.mean(axis=0)) / pooled
-    rho[0] = 1.0
-    # Sum consecutive pairs ρ(2k) + ρ(2k+1) while positive (Geyer's initial positive
-    # sequence), forcing the pair sums to be non-increasing (initial monotone sequence).
-    total, previous_pair, lag = 0.0, np.inf, 0
-    while lag + 1 < length:
-        pair = rho[lag] + rho[lag + 1]
-        if pair <= 0:
-            break
-        pair = min(pair, previous_pair)
-        total += pair
-        previous_pair, lag = pair, lag + 2
-    size = chains * length
-    tau = max(-1.0 + 2.0 * total, 1.0 / np.log10(size))
+    # 1/log10(size) bounds the ESS by size·log10(size) for antithetic chains (Stan's cap).
+    tau = max(_autocorrelation_time(rho), 1.0 / np.log10(size))
     return float(size / tau)
 
 
 def effective_sample_size(values: Any) -> float:
-    """Bulk effective sample size of the rank-normalised split chains.
+    """Bulk effective sample size of the rank-normalised split chains, ArviZ's ``"bulk"``.
 
     Approximate for SG-MCMC (module docstring); for iid draws it is close to the number
     of draws, for an AR(1) chain with coefficient ρ close to n(1 − ρ)/(1 + ρ).
@@ -129,9 +161,13 @@ def effective_sample_size(values: Any) -> float:
         values: (chains, draws) of one scalar summary; at least 4 draws per chain.
 
     Returns:
-        The ESS of all chains together.
+        The ESS of all chains together; ``nan`` when any draw is NaN, the number of
+        split draws when every draw is equal.
     """
-    return _ess(_rank_normalise(_split(_draws(values))))
+    draws = _draws(values)
+    if np.isnan(draws).any():
+        return float("nan")
+    return _ess(_rank_normalise(_split(draws)))
 
 
 def chain_diagnostics(summaries: Mapping[str, Any]) -> dict[str, float]:

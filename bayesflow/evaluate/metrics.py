@@ -101,6 +101,7 @@ def _bin_index(confidence: np.ndarray, bins: int, binning: str) -> np.ndarray:
     if bins < 1:
         raise ValueError(f"ece bins must be a positive number, got {bins}")
     if binning == "equal_width":
+        # Right-closed as in Guo et al.'s definition, I_m = ((m − 1)/M, m/M].
         # Comparing against linspace edges (as Guo et al.'s code does) rather than
         # ceil(confidence * bins) keeps 0.3 in bin 2, where 0.3 * 10 = 3.0000000000000004
         # would push it to bin 3.
@@ -124,6 +125,12 @@ def ece(probs: Any, labels: Any, bins: int = 10, binning: str = "equal_width") -
     ``equal_width`` cuts [0, 1] into ``bins`` equal intervals; ``equal_mass`` cuts at the
     empirical quantiles of the confidences, so each bin holds about n / bins points
     (Nixon et al. 2019, "adaptive" binning).
+
+    Tested equal to torchmetrics' ``MulticlassCalibrationError(norm="l1")`` (equal width)
+    and to netcal's ``ECE`` (both schemes, three or more classes). Both libraries close
+    their bins on the left, so they differ only for a confidence exactly on an edge: it
+    falls in the bin above there, and torchmetrics gives a confidence of exactly 1 a bin
+    of its own (tests/evaluate/test_reference_libraries.py pins both values).
 
     Args:
         probs: (n, C) predictive probabilities.

@@ -64,6 +64,23 @@ def test_ess_of_an_autocorrelated_chain_is_much_lower() -> None:
     assert ess < 0.1 * CHAINS * DRAWS
 
 
+def test_rhat_of_a_constant_summary_is_nan() -> None:
+    """Every draw equal: no variance within or between chains, so R-hat is nan."""
+    assert np.isnan(split_rhat(np.full((4, 10), 2.5)))
+
+
+def test_ess_of_a_constant_summary_is_its_number_of_split_draws() -> None:
+    """Every draw equal: ESS counts every draw kept by splitting, 4 × 2 × 5 = 40 of 44 (ArviZ's rule)."""
+    assert effective_sample_size(np.full((4, 11), 2.5)) == 40.0
+
+
+def test_a_nan_draw_makes_both_diagnostics_nan() -> None:
+    """One NaN draw gives R-hat and ESS nan rather than a number of the other draws."""
+    chains = iid()
+    chains[1, 5] = np.nan
+    assert np.isnan([split_rhat(chains), effective_sample_size(chains)]).all()
+
+
 def test_diagnostics_need_at_least_four_draws() -> None:
     """A (chains, draws) array with 3 draws is refused with its shape."""
     with pytest.raises(ValueError, match=r"at least 4 draws per chain, got \(2, 3\)"):
