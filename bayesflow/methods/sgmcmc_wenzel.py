@@ -33,9 +33,12 @@ preconditioner stays stable. M is refreshed from v at every burn-in step and, wi
 cyclical schedule (where the step size rises back to ε). Between refreshes, and so
 while samples are collected, M is fixed and each stretch is an ordinary sampler of the
 target; at a refresh the momenta are rescaled by √(M_new/M_old), which keeps mᵀM⁻¹m.
+The chain barely moves in a cycle's last, tiny steps, so a burn-in of whole cycles lets
+it forget its start.
 ``preconditioner: none`` keeps M = I: the update is then SGHMC in symplectic-Euler
-order. The cyclical step sizes (Zhang et al., 2020) are those of
-:mod:`bayesflow.engines.sgmcmc`, as are chains, burn-in, thinning and keep.
+order. The step sizes are those of :mod:`bayesflow.engines.sgmcmc`, as are chains,
+burn-in, thinning and keep; the paper samples with the cosine cycles of Zhang et al.
+(2020), ``schedule: {kind: cyclical}``.
 
 **Kinetic temperature under M** (the paper's Section 4): T̂ = (1/d) Σᵢ mᵢ²/Mᵢ estimates
 𝒯. The state holds ``momenta`` and ``mass`` (K, d) so that diagnostics divide by M, and
@@ -135,7 +138,6 @@ def build(
     """
     import torch
 
-    from bayesflow.engines.base import Engine
     from bayesflow.engines.sgmcmc import build_chains
 
     chains = build_chains("sgmcmc_wenzel", problem, tempering, config)
@@ -197,7 +199,7 @@ def build(
     def posterior(state: SGMCMCWenzelState) -> Posterior:
         return chains.posterior(state.params, state.samples, state.step)
 
-    return Engine(init, update, posterior, config.epochs, config.batch_size)
+    return chains.engine(init, update, posterior)
 
 
 class SGMCMCWenzelState(NamedTuple):

@@ -35,8 +35,14 @@ from tests.engines.helpers import (
 )
 
 NAME = "sgmcmc_wenzel"
-# εα = 0.2 (the paper's momentum decay 0.8); ε·√(H/M) ≤ 0.4 on this problem.
-CONFIG: dict[str, Any] = {"lr": 0.2, "alpha": 1.0, "epochs": 1000, "burn_in": 300, "chains": 64}
+# εα = 0.2 (the paper's momentum decay 0.8); ε·√(H/M) ≤ 0.4 on this problem. The paper's
+# schedule: 4 cosine cycles of 250 steps; burn-in spans the first two (the end of a cycle
+# barely moves the chain, so a shorter burn-in leaves the start's transient in the samples).
+CYCLICAL = {"kind": "cyclical", "cycles": 4}
+CONSTANT = {"kind": "constant"}
+CONFIG: dict[str, Any] = {
+    "lr": 0.2, "alpha": 1.0, "epochs": 1000, "burn_in": 500, "chains": 64, "schedule": CYCLICAL
+}
 
 
 @pytest.fixture(scope="module")
@@ -74,15 +80,15 @@ def test_recovers_the_tempered_posterior(layered: Regression, temperature: float
     result = sample(layered, temperature, **CONFIG)
     target = exact(design(layered[1]), layered[2], temperature, "posterior")
     samples = result.posterior.samples
-    assert samples is not None and samples.shape == (64 * 700, 3)
+    assert samples is not None and samples.shape == (64 * 500, 3)
     # Whitened by the exact covariance, the samples should be N(0, I).
     root = torch.linalg.cholesky(target.cov)
     white = torch.linalg.solve_triangular(root, (samples - target.mean).T, upper=False).T
-    # Over seeds 0-7 at both temperatures (measured) the worst whitened mean was 0.035
-    # and the worst covariance entry off by 0.054; the step-size bias of the variance is
-    # at most 4.7% (the bias, ε·√(H/M) = 0.4; from the discrete Lyapunov equation).
-    assert white.mean(0).abs().max() < 0.1
-    assert (torch.cov(white.T) - torch.eye(3, dtype=white.dtype)).abs().max() < 0.12
+    # Over seeds 0-7 at both temperatures (measured) the worst whitened mean was 0.099
+    # and the worst covariance entry off by 0.091 (with 512 chains: 0.017, so this is
+    # Monte Carlo error: the small steps near each cycle's end give correlated samples).
+    assert white.mean(0).abs().max() < 0.15
+    assert (torch.cov(white.T) - torch.eye(3, dtype=white.dtype)).abs().max() < 0.15
     # The mass is layer-wise and not trivial: one scalar per tensor, the smallest 1.
     mass = result.state.mass
     assert torch.equal(mass[:, 0], mass[:, 1]) and (mass.min(1).values == 1).all()
@@ -92,7 +98,7 @@ def test_recovers_the_tempered_posterior(layered: Regression, temperature: float
 def test_kinetic_temperature_under_the_mass_is_the_temperature(layered: Regression) -> None:
     """Time-averaged, mean(m²/M)·N of each tensor is T (to the integrator's known bias)."""
     step_size, friction, temperature = 0.1, 1.0, COLD
-    config = {**CONFIG, "lr": step_size, "alpha": friction, "epochs": 1, "burn_in": 100}
+    config = {**CONFIG, "lr": step_size, "alpha": friction, "burn_in": 100, "schedule": CONSTANT}
     sampler = engine(layered, temperature, **config)
     start = exact(design(layered[1]), layered[2], temperature, "posterior").mean
     state = sampler.init(start.expand(64, 3), torch.Generator().manual_seed(0))
@@ -117,7 +123,10 @@ def test_without_preconditioner_is_the_plain_update(layered: Regression) -> None
     """With M = I the steps are those of symplectic-Euler SGHMC, noise draws included."""
     problem, inputs, targets = layered
     step_size, friction, steps, temperature = 0.1, 0.5, 10, 1.0
-    config = {"lr": step_size, "alpha": friction, "epochs": steps, "preconditioner": "none"}
+    config = {
+        "lr": step_size, "alpha": friction, "epochs": steps, "schedule": CONSTANT,
+        "preconditioner": "none",
+    }
     start = problem.init_params(torch.Generator().manual_seed(0))
     generator = torch.Generator().manual_seed(1)
     result = fit(engine(layered, temperature, **config), start, inputs, targets, generator)
@@ -144,7 +153,7 @@ def test_layerwise_mass_follows_the_running_mean_square(layered: Regression) -> 
     step_size, friction, steps, burn_in, decay = 0.1, 0.5, 30, 12, 0.9
     config = {
         "lr": step_size, "alpha": friction, "epochs": steps, "burn_in": burn_in,
-        "preconditioner_decay": decay, "mass_updates": "burn_in",
+        "preconditioner_decay": decay, "mass_updates": "burn_in", "schedule": CONSTANT,
     }
     start = problem.init_params(torch.Generator().manual_seed(0))
     result = fit(engine(layered, 0.0, **config), start, inputs, targets, torch.Generator())
