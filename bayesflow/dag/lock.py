@@ -171,11 +171,16 @@ class FileLock:
 
     def acquire(self) -> None:
         """Take the lock (again, if this thread holds it already)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise self._unwritable(error) from error
         key = str(self.path.resolve())
         with _GUARD:
             held = _HELD.get(key)
             if held is not None and held.thread == threading.get_ident():
+                # No second descriptor: where flock is emulated by POSIX locks (NFS),
+                # closing any descriptor of the file would release the lock.
                 held.depth += 1
                 self._key = key
                 return
@@ -185,7 +190,10 @@ class FileLock:
             warnings.warn(f"{self.name}: no file locks on this platform; do not start two runs on it at once",
                           stacklevel=2)
             return
-        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise self._unwritable(error) from error
         try:
             self._take(descriptor)
             payload = json.dumps(asdict(Holder.current())).encode()
@@ -231,6 +239,12 @@ class FileLock:
                 told = True
             left = POLL_SECONDS if self.timeout is None else min(POLL_SECONDS, self.timeout - waited)
             time.sleep(max(left, 0.0))
+
+    def _unwritable(self, error: OSError) -> CacheLockError:
+        return CacheLockError(
+            f"{self.name}: cannot create the lock file {self.path} ({error.strerror or error}); "
+            "check that execution.cache_dir names a folder you can write, or choose another"
+        )
 
     def _holder(self) -> str:
         holder = read_holder(self.path)

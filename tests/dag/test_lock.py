@@ -212,3 +212,15 @@ def test_a_run_told_not_to_wait_exits_1_naming_the_holder(tmp_path: Path) -> Non
     assert process.returncode == 1, stdout + stderr
     assert stderr.endswith(f"error: cache .bayesflow/cache: in use by {holder.describe()}; {BUSY_FIX}\n")
     assert "Traceback" not in stderr and leftover.is_dir()
+
+
+def test_a_cache_folder_that_cannot_be_made_is_a_clear_error(tmp_path: Path) -> None:
+    """A cache_dir that is a file names the lock file and the fix (no OSError traceback)."""
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a folder")
+    with pytest.raises(CacheLockError) as caught, Cache(blocker / "inner").lock():
+        pass
+    assert str(caught.value) == (
+        f"cache {blocker / 'inner'}: cannot create the lock file {blocker / 'inner' / LOCK_NAME} "
+        "(Not a directory); check that execution.cache_dir names a folder you can write, or choose another"
+    )
