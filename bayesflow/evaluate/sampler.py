@@ -54,8 +54,13 @@ def sampler_diagnostics(
     if momenta is None or params is None or tempering.per_datum <= 0:
         return {}
     shapes, names = problem.param_shapes, problem.param_names
+    # A sampler with a mass matrix M (a state with `mass`) has momenta ~ N(0, 𝒯 M): its
+    # kinetic temperature is measured under M, as mean(m²/M).
+    mass = getattr(state, "mass", None)
     metrics = kinetic_temperature(
-        momenta.detach().cpu().numpy(), tempering.per_datum, param_shapes=shapes, param_names=names
+        momenta.detach().cpu().numpy(), tempering.per_datum,
+        mass=1.0 if mass is None else mass.detach().cpu().numpy(),
+        param_shapes=shapes, param_names=names,
     ).metrics()
     log_posterior = _log_posterior_fn(problem, tempering, inputs[:max_points], targets[:max_points])
     batched = params if params.dim() == 2 else params.unsqueeze(0)

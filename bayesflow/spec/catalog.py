@@ -185,13 +185,32 @@ def parameters(model: type[BaseModel], prefix: str = "", skip: tuple[str, ...] =
         key = prefix + (field.alias or name)
         nested = _single_model(field.annotation)
         if nested is not None:
-            found += parameters(nested, key + ".")
+            # A method may redeclare a nested setting with its own default (a sampler whose
+            # schedule defaults to cyclical): list that default, not the nested class's.
+            default = field.get_default(call_default_factory=True)
+            found += [
+                _with_default(parameter, default, parameter.key.removeprefix(key + "."))
+                for parameter in parameters(nested, key + ".")
+            ]
             continue
         found.append(Parameter(
             key, render_type(field.annotation, field.metadata), render_default(field),
             " ".join((field.description or "").split()),
         ))
     return found
+
+
+def _with_default(parameter: Parameter, default: Any, name: str) -> Parameter:
+    """``parameter`` with its default read from the enclosing field's default model."""
+    value: Any = default
+    for part in name.split("."):
+        value = getattr(value, part, None) if isinstance(value, BaseModel) else None
+        if value is None:
+            return parameter
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", by_alias=True)
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000)
+    return Parameter(parameter.key, parameter.type, text.removesuffix("\n...\n").strip(), parameter.description)
 
 
 def entries(kind: str) -> list[Entry]:

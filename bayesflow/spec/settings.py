@@ -150,8 +150,9 @@ class ExecutionSpec(Strict):
     )
     vectorize: bool = Field(
         False,
-        description="Run the temperature × seed grid of each SG-MCMC method (engines `sgld`, "
-        "`sghmc`, `sgnht`, `baoa`) as one batched program: every cell's chains in one "
+        description="Run the temperature × seed grid of each method that vectorises over "
+        "temperatures (the SG-MCMC samplers; `bayesflow engines` lists them) as one batched "
+        "program: every cell's chains in one "
         "vmapped engine, each chain at its own temperature, so a grid on a small model costs "
         "about one fit. Each cell still gets its own fit stage, MLflow run (param "
         "`vectorized: true`) and evaluation. Its chains start where the one-by-one fit's do "
