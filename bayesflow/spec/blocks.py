@@ -295,18 +295,21 @@ class CategoricalSpec(Strict):
     """Softmax categorical likelihood over the model's outputs (logits)."""
 
     name: Literal["categorical"] = Field(description="Registry name of the likelihood.")
+    TASK: ClassVar[str] = "classification"
 
 
 class BernoulliSpec(Strict):
     """Bernoulli likelihood with the model's single output as logit."""
 
     name: Literal["bernoulli"] = Field(description="Registry name of the likelihood.")
+    TASK: ClassVar[str] = "classification"
 
 
 class GaussianSpec(Strict):
     """Gaussian likelihood with the model's output as mean and a fixed noise sd."""
 
     name: Literal["gaussian"] = Field(description="Registry name of the likelihood.")
+    TASK: ClassVar[str] = "regression"
     noise_sd: PositiveFloat = Field(1.0, description="Standard deviation of the observation noise.")
 
 
@@ -316,6 +319,7 @@ class EnergySpec(Strict):
     `none` data; there is no predictive to evaluate."""
 
     name: Literal["energy"] = Field(description="Registry name of the likelihood.")
+    TASK: ClassVar[str] = "energy"
 
 
 LikelihoodSpec = Annotated[

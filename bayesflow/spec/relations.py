@@ -57,9 +57,23 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
                  "fix the others; add it")))
         if traits is not None and traits.needs_mode:
             problems.extend(_mode_problems(name, source, methods))
+        task = _task(data)
+        if traits is not None and task is not None and task not in traits.tasks:
+            problems.append((("methods", name, "engine"),
+                f"{engine} does not apply to {task} (the likelihood's task); it applies to "
+                f"{', '.join(sorted(traits.tasks))}"))
     problems.extend(_cycles(methods))
     problems.extend(_reference_problems(data.get("evaluate"), methods))
     return problems
+
+
+def _task(data: dict[str, Any]) -> str | None:
+    """The task of the spec's likelihood (classification, regression, energy), if known."""
+    from bayesflow.spec.blocks import LikelihoodSpec
+
+    likelihood = data.get("likelihood")
+    member = _member(LikelihoodSpec, likelihood.get("name")) if isinstance(likelihood, dict) else None
+    return None if member is None else member.TASK
 
 
 def _mode_providers() -> list[str]:

@@ -49,3 +49,19 @@ def test_unsafe_workflow_names_are_refused(tmp_path: Path, name: str) -> None:
 def test_a_long_safe_name_is_accepted(tmp_path: Path) -> None:
     """100 characters of letters are a valid name."""
     assert problems(write(tmp_path, TINY_SPEC), f"name={'a' * 100}") == []
+
+
+def test_a_method_outside_its_tasks_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A method whose traits leave out the likelihood's task is refused, naming the tasks."""
+    from dataclasses import replace
+
+    from bayesflow.methods import METHODS
+
+    sghmc = METHODS.get("sghmc")
+    narrowed = replace(sghmc, traits=replace(sghmc.traits, tasks=frozenset({"regression"})))
+    monkeypatch.setitem(METHODS._load(), "sghmc", narrowed)
+    found = problems(write(tmp_path, TINY_SPEC))
+    assert found == [
+        f"{tmp_path / 'spec.yaml'}:25:5: methods.sghmc.engine: sghmc does not apply to "
+        "classification (the likelihood's task); it applies to regression"
+    ]
