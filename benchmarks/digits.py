@@ -20,7 +20,7 @@ from benchmarks.peers import (
 )
 from benchmarks.pima import comparison_row
 from benchmarks.problems import Setup, check_agreement, digits, minibatch_list
-from benchmarks.timing import Settings, compare
+from benchmarks.timing import Settings, compare, load_average
 
 __all__ = ["BATCH_SIZE", "LARGE_HIDDEN", "METHODS", "Epoch", "per_epoch", "run"]
 
@@ -58,9 +58,11 @@ def per_epoch(setup: Setup, settings: Settings) -> list[dict[str, Any]]:
         transform = peer_transform(setup, method)
         peer = peer_state(transform, setup, setup.start, momenta=momenta)
         contenders["posteriors"] = Epoch(Stepper(transform.update, peer, batches))
+        load = load_average()
         timings = compare(contenders, settings, count=5, warmup=2)
         row = comparison_row(method, str(batch_size), timings)
         row["steps_per_epoch"] = len(batches)
+        row["load_average"] = [load, load_average()]
         rows.append(row)
     return rows
 

@@ -9,6 +9,14 @@ posteriors 0.1.3 states are tensorclasses whose scalar fields (``step``,
 ``log_posterior``, ``nelbo``) default to ONE tensor shared by every instance; an
 in-place update writes into that shared default, so a later ``init`` starts from the
 leaked values (DESIGN.md). :func:`fresh` gives each state its own copies.
+
+K chains run through posteriors two ways: looped (K states, one update each, in Python:
+:class:`LoopStepper`), and **stacked**, the way a performance-minded user would run it
+(:func:`stacked_transform`): ONE state whose params are a (K, d) tensor and a log
+posterior that returns the sum of the K chains' log posteriors (``vmap`` of the per-chain
+function over the chains, and over their batches when each has its own), so posteriors'
+one ``grad_and_value`` gives every chain's gradient. Its SGHMC update is element-wise, so
+the stacked state is K independent chains.
 """
 
 from __future__ import annotations
@@ -21,8 +29,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.func import vmap
 
-from bayesflow.engines.base import Batch, Engine
+from bayesflow.engines.base import Batch, ChainBatch, Engine
 from bayesflow.temperature import Tempering
 from benchmarks.problems import Setup
 
@@ -38,6 +47,7 @@ __all__ = [
     "peer_state",
     "peer_transform",
     "posteriors_version",
+    "stacked_transform",
 ]
 
 # One table of hyper-parameters for both libraries. SGHMC: step size 0.1 and friction 1
@@ -170,6 +180,35 @@ def peer_transform(
     raise ValueError(f"no posteriors peer for {method!r}")
 
 
+def stacked_transform(setup: Setup, *, temperature: float = 1.0) -> Any:
+    """posteriors' SGHMC over a stacked (K, d) state: the chains' summed log posterior.
+
+    ``log_posterior(params (K, d), batch) -> (Σ_k f_k, (f_k) (K,))`` with ``f_k`` the
+    per-datum log posterior of chain k on its batch (a ``ChainBatch``: chain k's own; a
+    plain batch: the one every chain shares), vmapped over the chains.
+    """
+    posteriors = import_posteriors()
+    hyper = HYPER["sghmc"]
+
+    def per_chain(params: Tensor, inputs: Tensor, targets: Tensor) -> Tensor:
+        return setup.problem.log_posterior(params, (inputs, targets))
+
+    own_batches = vmap(per_chain, in_dims=(0, 0, 0))
+    shared_batch = vmap(per_chain, in_dims=(0, None, None))
+
+    def log_posterior(params: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        values = (own_batches if isinstance(batch, ChainBatch) else shared_batch)(params, *batch)
+        return values.sum(), values
+
+    return posteriors.sgmcmc.sghmc.build(
+        log_posterior,
+        lr=hyper["lr"],
+        alpha=hyper["alpha"],
+        beta=hyper["beta"],
+        temperature=temperature / setup.num_data,
+    )
+
+
 def tuple_negate(pair: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
     """``(value, aux) -> (−value, aux)``."""
     return -pair[0], pair[1]
@@ -231,7 +270,11 @@ class Stepper:
 
 
 class LoopStepper:
-    """posteriors' way to run K chains: a Python loop over K states, one update each."""
+    """posteriors' plain way to run K chains: a Python loop over K states, one update each.
+
+    A ``ChainBatch`` is split into each chain's own batch once, here, outside the clock;
+    a plain batch is shared by every chain.
+    """
 
     def __init__(
         self,
@@ -241,11 +284,18 @@ class LoopStepper:
     ) -> None:
         self.update = update
         self.states = states
-        self.batches = batches
+        self.batches = [
+            (
+                [(batch.inputs[k], batch.targets[k]) for k in range(len(states))]
+                if isinstance(batch, ChainBatch)
+                else [batch] * len(states)
+            )
+            for batch in batches
+        ]
         self.position = 0
 
     def __call__(self) -> None:
-        batch = self.batches[self.position]
+        batches = self.batches[self.position]
         self.position = (self.position + 1) % len(self.batches)
         update = self.update
-        self.states = [update(state, batch)[0] for state in self.states]
+        self.states = [update(state, batch)[0] for state, batch in zip(self.states, batches)]

@@ -1,4 +1,10 @@
-"""Where and when a benchmark ran: machine, library versions, commit, and the results file."""
+"""Where and when a benchmark ran: machine, library versions, commit, and the results file.
+
+Every results file records the bayesflow commit (:func:`revision`, with the uncommitted
+files under ``bayesflow/`` listed), the machine (CPU model, cores, load average; the GPU
+when there is one), the device and thread count, and the versions of Python and of the
+libraries measured or used (:data:`LIBRARIES`).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["machine", "revision", "stamp", "write_json"]
+__all__ = ["LIBRARIES", "machine", "revision", "stamp", "uncommitted", "versions", "write_json"]
+
+# Distributions whose versions every results file records.
+LIBRARIES = ("torch", "torchopt", "posteriors", "mlflow", "numpy")
 
 
 def cpu_model() -> str:
@@ -25,23 +34,49 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def _git(*args: str) -> str:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
 def revision() -> str:
     """The bayesflow commit measured, noting uncommitted changes to the package."""
     import subprocess
 
-    root = Path(__file__).resolve().parents[1]
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
-        return done.stdout.strip()
-
     try:
-        dirty = git("status", "--porcelain", "bayesflow")
-        return git("rev-parse", "--short", "HEAD") + (
-            " + uncommitted changes in bayesflow/" if dirty else ""
+        return _git("rev-parse", "--short", "HEAD") + (
+            " + uncommitted changes in bayesflow/" if uncommitted() else ""
         )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def uncommitted() -> list[str]:
+    """The files under ``bayesflow/`` that differ from the commit (``git status``)."""
+    import subprocess
+
+    try:
+        lines = _git("status", "--porcelain", "bayesflow").splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return [line[3:] for line in lines if line.strip()]
+
+
+def versions() -> dict[str, str]:
+    """Python's version and each of :data:`LIBRARIES`' (from the installed metadata, so
+    nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
 
 
 def machine(device: str, threads: int) -> dict[str, Any]:
@@ -58,9 +93,12 @@ def machine(device: str, threads: int) -> dict[str, Any]:
         "device": device,
         "threads": threads,
         "bayesflow_revision": revision(),
+        "bayesflow_uncommitted": uncommitted(),
+        "versions": versions(),
     }
     if device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name()
+        info["versions"]["cuda"] = str(torch.version.cuda)
     return info
 
 

@@ -3,11 +3,16 @@
 Contenders are timed interleaved (A, B, A, B, ... with the order rotated each repeat) so
 that a change in the machine's load during a case hits both libraries alike, which
 matters on a shared 2-core machine. Each repeat times ``count`` calls in one block and
-divides; the reported figure is the median over repeats.
+divides; the reported figure is the median over repeats, with the quartiles and the
+extremes as its spread. A ratio of two contenders is the median of the per-repeat ratios
+(:func:`paired_ratio`): repeat r of A and of B ran back to back, so each pair saw about
+the same load. Every clock stops after ``torch.cuda.synchronize`` on a GPU, and every
+contender is warmed up first (:func:`compare`, :func:`repeat`).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,7 +22,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["Settings", "Timing", "compare", "elapsed", "synchronise", "time_once"]
+__all__ = [
+    "Settings",
+    "Timing",
+    "compare",
+    "elapsed",
+    "load_average",
+    "paired_ratio",
+    "repeat",
+    "synchronise",
+    "time_once",
+]
 
 # A timed block lasts about this long (calls per block are calibrated from one call), so
 # a slow contender (a Python loop over 100 chains) is not run 50 times per block.
@@ -71,14 +86,56 @@ class Timing:
         """Median seconds per call."""
         return statistics.median(self.samples)
 
+    @property
+    def spread(self) -> float:
+        """Half the interquartile range over the median (0.05: the middle half of the
+        repeats lies within about ±5% of the median)."""
+        return _relative_spread(self.samples)
+
     def as_dict(self) -> dict[str, Any]:
-        """JSON form: median, min and max seconds per call, and the repeats."""
+        """JSON form: median, quartiles, min and max seconds per call, and the repeats."""
+        low, high = _quartiles(self.samples)
         return {
             "median_s": self.median,
+            "q1_s": low,
+            "q3_s": high,
             "min_s": min(self.samples),
             "max_s": max(self.samples),
+            "spread": self.spread,
             "repeats": len(self.samples),
         }
+
+
+def _quartiles(samples: Sequence[float]) -> tuple[float, float]:
+    if len(samples) < 2:
+        return samples[0], samples[0]
+    low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+    return low, high
+
+
+def _relative_spread(samples: Sequence[float]) -> float:
+    low, high = _quartiles(samples)
+    return (high - low) / 2 / statistics.median(samples)
+
+
+def paired_ratio(numerator: Timing, denominator: Timing) -> dict[str, float]:
+    """``numerator / denominator`` repeat by repeat: the median ratio and its spread.
+
+    Repeats of interleaved contenders ran back to back (:func:`compare`), so a load
+    change between repeats cancels in each pair's ratio.
+    """
+    ratios = [a / b for a, b in zip(numerator.samples, denominator.samples)]
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "spread": _relative_spread(ratios),
+    }
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (other jobs on the machine's cores)."""
+    return list(os.getloadavg())
 
 
 def synchronise(device: str) -> None:
@@ -136,6 +193,18 @@ def _within(most: int, seconds: float, one: float) -> int:
     if seconds <= 0:
         return max(1, most)
     return max(1, min(most, round(seconds / max(one, 1e-9))))
+
+
+def repeat(
+    call: Callable[[], Any], settings: Settings, *, repeats: int = 3, warmup: int = 1
+) -> Timing:
+    """Seconds of a unit too long to run in blocks (a whole fit, a workflow), after
+    ``warmup`` untimed calls, over ``repeats`` calls (one each in ``smoke`` mode)."""
+    if settings.smoke:
+        repeats, warmup = 1, min(warmup, 1)
+    for _ in range(warmup):
+        time_once(call, settings.device)
+    return Timing([time_once(call, settings.device) for _ in range(repeats)])
 
 
 def time_once(call: Callable[[], Any], device: str) -> float:

@@ -11,9 +11,15 @@ directory (its own MLflow store, cache and reports), with two instruments:
 
 Shares of the wall time: compute (fit and evaluate stages), report (plot and report
 stages, which read the store and run papermill), tracking (MLflow calls), and the rest
-(loading the data, planning, the cache, hooks). ``quick`` runs one seed with fewer
-epochs; ``smoke`` runs one MAP epoch at one temperature with an in-memory tracker and
-no report, to exercise the code path only.
+(loading the data, planning, the cache, hooks). The stage time is the sum of every
+stage's seconds. Then the same workflow runs again in the same folder with nothing to
+do (every stage cached): the no-op rerun's wall time against the full run's.
+
+Warm-up: before the timed run, a one-epoch MAP workflow with the in-memory tracker runs
+untimed (torch, the data, the planner, the engines); importing mlflow and creating the
+store are not warmed, since every ``bayesflow run`` pays them once. ``quick`` runs one
+seed with fewer epochs; ``smoke`` runs one MAP epoch at one temperature with an
+in-memory tracker and no report, to exercise the code path only.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from typing import Any
 import torch
 
 from benchmarks.grids import working_directory
-from benchmarks.timing import Settings
+from benchmarks.timing import Settings, load_average
 
 __all__ = ["QUICK_OVERRIDES", "StageTimer", "TimingTracker", "run"]
 
 WORKFLOW = Path(__file__).resolve().parents[1] / "workflows" / "cold_posterior.yaml"
+# Stage kinds that compute (the rest, plot and report, render).
+COMPUTE_KINDS = ("fit", "fit_group", "curvature", "evaluate", "prior_predictive")
 QUICK_OVERRIDES = [
     "seeds=[0]",
     "methods.map.epochs=30",
@@ -123,48 +131,95 @@ def overrides_for(mode: str) -> list[str]:
     return {"full": [], "quick": QUICK_OVERRIDES, "smoke": SMOKE_OVERRIDES}[mode]
 
 
+def run_once(
+    loaded: Any, folder: Path, smoke: bool
+) -> tuple[Any, TimingTracker, StageTimer, float]:
+    """One ``api.run`` of ``loaded`` in ``folder``: the result, the instruments, the wall."""
+    from bayesflow import api
+
+    timer = StageTimer()
+    began = time.perf_counter()
+    if smoke:
+        from bayesflow.tracking import InMemoryTracker
+
+        inner: Any = InMemoryTracker(folder / "artifacts")
+    else:
+        from bayesflow.tracking import MlflowTracker
+
+        inner = MlflowTracker(api.tracking_uri_of(loaded))
+    tracker = TimingTracker(inner)
+    result = api.run(loaded, hooks=[timer], tracker=tracker)
+    wall = time.perf_counter() - began
+    if not result.outcome.ok:
+        raise RuntimeError(f"the default workflow failed: {result.outcome.errors}")
+    return result, tracker, timer, wall
+
+
+def warm_up(settings: Settings, workflow: Path) -> None:
+    """The smoke workflow, untimed, with the in-memory tracker (see the module doc)."""
+    import tempfile
+
+    from bayesflow import api
+
+    overrides = SMOKE_OVERRIDES + [f"execution.device={settings.device}"]
+    with (
+        tempfile.TemporaryDirectory(prefix="bayesflow-bench-") as folder,
+        working_directory(Path(folder)),
+    ):
+        run_once(api.load(workflow, overrides), Path(folder), smoke=True)
+
+
 def run(settings: Settings, workflow: Path = WORKFLOW) -> dict[str, Any]:
-    """Run the workflow once in a temporary folder; wall time and its shares."""
+    """Run the workflow once in a temporary folder, then again with nothing to do."""
     import tempfile
 
     from bayesflow import api
 
     overrides = overrides_for(settings.mode) + [f"execution.device={settings.device}"]
-    timer = StageTimer()
+    if not settings.smoke:
+        warm_up(settings, workflow)
+    load = load_average()
     with (
         tempfile.TemporaryDirectory(prefix="bayesflow-bench-") as folder,
         working_directory(Path(folder)),
     ):
         began = time.perf_counter()
         loaded = api.load(workflow, overrides)
-        if settings.smoke:
-            from bayesflow.tracking import InMemoryTracker
-
-            inner: Any = InMemoryTracker(Path(folder) / "artifacts")
-        else:
-            from bayesflow.tracking import MlflowTracker
-
-            inner = MlflowTracker(api.tracking_uri_of(loaded))
-        tracker = TimingTracker(inner)
-        result = api.run(loaded, hooks=[timer], tracker=tracker)
-        wall = time.perf_counter() - began
+        load_s = time.perf_counter() - began
+        result, tracker, timer, wall = run_once(loaded, Path(folder), settings.smoke)
+        wall += load_s
+        began = time.perf_counter()
+        _, _, rerun_timer, _ = run_once(api.load(workflow, overrides), Path(folder), settings.smoke)
+        rerun_wall = time.perf_counter() - began
     torch.set_num_threads(settings.threads)  # the fit stages set the spec's threads
-    if not result.outcome.ok:
-        raise RuntimeError(f"the default workflow failed: {result.outcome.errors}")
+    summary = shares(result, tracker, timer, wall)
+    summary.update(
+        workflow=workflow.name,
+        overrides=overrides,
+        tracker=type(tracker.inner).__name__,
+        rerun_wall_s=rerun_wall,
+        rerun_cached_stages=len(rerun_timer.cached),
+        rerun_stages=len(rerun_timer.kinds),
+        rerun_ratio=rerun_wall / wall,
+        load_average=[load, load_average()],
+    )
+    return summary
+
+
+def shares(result: Any, tracker: TimingTracker, timer: StageTimer, wall: float) -> dict[str, Any]:
+    """Seconds and shares of the wall time by part (see the module doc)."""
     by_kind: dict[str, float] = defaultdict(float)
     for name, seconds in result.outcome.seconds.items():
         by_kind[timer.kinds.get(name, name.split("/", 1)[0])] += seconds
-    compute = by_kind["fit"] + by_kind["evaluate"]
-    report = by_kind["plot"] + by_kind["report"]
+    compute = sum(by_kind.get(kind, 0.0) for kind in COMPUTE_KINDS)
+    report = by_kind.get("plot", 0.0) + by_kind.get("report", 0.0)
     tracking = tracker.total
     first = tracker.first_call or ("none", 0.0)
     return {
-        "workflow": workflow.name,
-        "overrides": overrides,
-        "tracker": type(inner).__name__,
         "stages": len(result.outcome.seconds),
         "cached_stages": len(timer.cached),
         "wall_s": wall,
+        "stage_time_s": sum(by_kind.values()),
         "compute_s": compute,
         "report_s": report,
         "tracking_s": tracking,

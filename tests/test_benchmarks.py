@@ -37,7 +37,19 @@ def test_smoke_json_has_every_case(smoke: tuple[dict[str, Any], Path]) -> None:
         "SGHMC",
         "VI",
         "Tracking",
+        "No-op",
+        "Default",
+        "10-chain",
     }
+
+
+def test_smoke_json_records_provenance(smoke: tuple[dict[str, Any], Path]) -> None:
+    """Commit, machine, device, load average and library versions are in every results file."""
+    machine = smoke[0]["machine"]
+    assert machine["bayesflow_revision"] != "unknown"
+    assert machine["cpu"] and machine["cores"] >= 1 and len(machine["load_average"]) == 3
+    assert machine["device"] == "cpu"
+    assert set(machine["versions"]) >= {"python", "torch", "torchopt", "posteriors", "mlflow"}
 
 
 def test_smoke_pima_timings_are_positive(smoke: tuple[dict[str, Any], Path]) -> None:
@@ -48,9 +60,11 @@ def test_smoke_pima_timings_are_positive(smoke: tuple[dict[str, Any], Path]) -> 
         assert positive(row["bayesflow_s"]) and positive(row["posteriors_s"]), row
     assert {row["chains"] for row in pima["chains"]} == {1, 10}
     for row in pima["chains"]:
-        assert positive(row["bayesflow_chain_steps_per_s"]) and positive(
-            row["posteriors_chain_steps_per_s"]
-        )
+        rates = row["chain_steps_per_s"]
+        assert set(rates) == {"bayesflow", "posteriors_stacked", "posteriors_looped", "floor"}
+        assert all(positive(rate) for rate in rates.values()), row
+        assert positive(row["speedup_vs_stacked"]["median"])
+        assert positive(row["ratio_vs_floor"]["median"])
 
 
 def test_smoke_digits_grids_and_workflow_are_positive(smoke: tuple[dict[str, Any], Path]) -> None:
@@ -65,18 +79,59 @@ def test_smoke_digits_grids_and_workflow_are_positive(smoke: tuple[dict[str, Any
     for row in results["digits"]["per_epoch"]:
         assert positive(row["bayesflow_s"]) and positive(row["posteriors_s"]), row
     grids = results["grids"]
-    assert positive(grids["laplace_grid"]["fit_ratio"])
-    assert positive(grids["sghmc_grid"]["ratio"])
+    assert positive(grids["laplace_grid"]["fit_ratio"]["median"])
+    sghmc = grids["sghmc_grid"]
+    assert positive(sghmc["ratio"])
+    assert {"fit_group", "fit", "evaluate"} <= set(sghmc["grid_stage_s"])
     assert positive(grids["paper_parallel_sghmc"]["wall_s"])
     workflow = results["workflow"]
     assert positive(workflow["wall_s"]) and positive(workflow["compute_s"])
     assert 0 <= workflow["tracking_report_share"] <= 1
+    assert positive(workflow["rerun_wall_s"]) and positive(workflow["stage_time_s"])
 
 
 def test_smoke_doc_has_the_tables_between_markers(smoke: tuple[dict[str, Any], Path]) -> None:
     """The Markdown table is written between the markers a rerun replaces."""
     text = (smoke[1] / "benchmarks.md").read_text()
     assert START in text and END in text and "### Targets" in text
+    assert "fit_group" in text and "floor" in text and "stacked" in text
+
+
+def test_floor_steps_like_bayesflow() -> None:
+    """At T = 0 (no noise) the hand-written floor's steps equal bayesflow's engine's."""
+    from benchmarks.chains import chain_batches
+    from benchmarks.floor import FloorSGHMC
+    from benchmarks.peers import HYPER, Stepper, bayesflow_engine, bayesflow_state
+    from benchmarks.problems import pima
+
+    setup = pima()
+    for batch_size in (None, 32):
+        engine = bayesflow_engine(setup, "sghmc", temperature=0.0, batch_size=batch_size, chains=3)
+        state = bayesflow_state(engine, setup)
+        batches = chain_batches(setup, batch_size, engine.streams)
+        floor = FloorSGHMC(
+            setup,
+            state.params,
+            state.momenta,
+            batches,
+            lr=HYPER["sghmc"]["lr"],
+            alpha=HYPER["sghmc"]["alpha"],
+            temperature=0.0,
+        )
+        ours = Stepper(engine.update, state, batches)
+        for _ in range(5):
+            ours()
+            floor()
+        torch.testing.assert_close(floor.params, ours.state.params, rtol=1e-5, atol=1e-6)
+
+
+def test_timing_paired_ratio_and_spread() -> None:
+    """A paired ratio divides repeat by repeat; the spread is half the IQR over the median."""
+    from benchmarks.timing import Timing, paired_ratio
+
+    ratio = paired_ratio(Timing([2.0, 4.0, 6.0]), Timing([1.0, 2.0, 2.0]))
+    assert ratio["median"] == 2.0 and ratio["min"] == 2.0 and ratio["max"] == 3.0
+    assert Timing([1.0, 1.0, 1.0]).spread == 0.0
 
 
 def test_fresh_state_owns_its_defaults() -> None:
