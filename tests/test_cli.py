@@ -162,12 +162,12 @@ def plan_rows(*overrides: str) -> list[dict[str, Any]]:
 
 
 def test_plan_marks_new_then_cached(workdir: Path) -> None:
-    """Before a run every cacheable stage is new; after it, cached."""
+    """Before a run every stage is new; after it, cached (plots and the report too)."""
     assert {row["status"] for row in plan_rows() if row["kind"] in ("fit", "evaluate")} == {"new"}
     finish_every_stage()
     rows = plan_rows()
     assert {row["status"] for row in rows if row["kind"] in ("fit", "evaluate")} == {"cached"}
-    assert {row["status"] for row in rows if row["kind"] in ("plot", "report")} == {"always"}
+    assert {row["status"] for row in rows if row["kind"] in ("plot", "report")} == {"cached"}
 
 
 def test_plan_says_why_a_stage_is_stale(workdir: Path) -> None:
@@ -199,8 +199,8 @@ def test_plan_table_and_counts(workdir: Path) -> None:
     assert result.exit_code == 0
     assert "methods.sghmc.lr changed 0.01 → 0.02" in result.output
     assert result.output.endswith(
-        "fit: 3 cached, 2 stale\nevaluate: 3 cached, 2 stale\ncurvature: 1 cached\nplot: 2 always\n"
-        "report: 1 always\n14 stages: 3 always, 7 cached, 4 stale\n"
+        "fit: 3 cached, 2 stale\nevaluate: 3 cached, 2 stale\ncurvature: 1 cached\nplot: 2 stale\n"
+        "report: 1 stale\n14 stages: 7 cached, 7 stale\n"
     )
 
 
@@ -214,7 +214,7 @@ def test_plan_dag_is_indented_text(workdir: Path) -> None:
     curvature = lines.index("curvature/laplace/seed=0  [new]")
     assert lines[curvature + 1] == "    <- fit/map/T=shared/seed=0"
     assert lines.index("fit/map/T=shared/seed=0  [new]") < curvature < laplace
-    assert "report  [always]" in lines
+    assert "report  [new]" in lines
 
 
 # ------------------------------------------------------------------------------ schema
@@ -304,3 +304,22 @@ def test_ui_refuses_a_port_out_of_range() -> None:
     """A port above 65535 is a usage error (exit 2)."""
     assert invoke("ui", "--port", "70000").exit_code == 2
 
+
+
+def test_run_wait_zero_refuses_a_busy_cache(workdir: Path) -> None:
+    """`run --wait 0` exits 1 at once, naming the run that holds the cache folder."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from bayesflow.dag.cache import Cache\n"
+         "with Cache('.bayesflow/cache').lock():\n    print('held', flush=True); time.sleep(60)"],
+        cwd=workdir, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        result = invoke("run", "spec.yaml", "--wait", "0")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 1
+    assert f"in use by run PID {holder.pid}" in result.output

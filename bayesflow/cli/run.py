@@ -111,20 +111,29 @@ def run(
         None, "--keep-going/--fail-fast",
         help="Keep running independent stages after one fails (default: on, from execution.keep_going).",
     ),
+    wait: float | None = typer.Option(
+        None, "--wait", min=0, show_default=False,
+        help="Seconds to wait for another run that holds the same cache folder "
+        "(default: until it ends; 0 refuses at once, exit 1).",
+    ),
 ) -> None:
     """Fit every method × temperature × seed, evaluate, plot and report."""
     from bayesflow.api import plan as plan_of
     from bayesflow.api import run as run_workflow
     from bayesflow.api import tracking_uri_of
+    from bayesflow.dag.cache import Cache
 
     loaded = load(spec, overrides)
     try:
-        uri = tracking_uri_of(loaded)
-        console.print(f"MLflow tracking URI: {uri}", highlight=False)
-        total = len(plan_of(loaded).stages)
-        progress = ProgressHook(total)
-        with progress.progress:
-            result = run_workflow(loaded, force=force or False, keep_going=keep_going, hooks=[progress])
+        with Cache(loaded.spec.execution.cache_dir).lock(wait=wait != 0, timeout=wait):
+            uri = tracking_uri_of(loaded)
+            console.print(f"MLflow tracking URI: {uri}", highlight=False)
+            total = len(plan_of(loaded).stages)
+            progress = ProgressHook(total)
+            with progress.progress:
+                result = run_workflow(
+                    loaded, force=force or False, keep_going=keep_going, hooks=[progress]
+                )
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: finished stages are cached; rerun the same command to resume")
         raise typer.Exit(130) from None
