@@ -16,6 +16,8 @@ their update rule. :func:`build_chains` binds the rest once, from the method's s
   asymptotically Bayesian deep ensemble (Duffield et al., 2025,
   https://arxiv.org/abs/2406.00104). ``minibatches: shared`` feeds every chain the one
   order a single chain would see (``streams`` = 1); full batch draws no order at all.
+- **compile** (``compile: true``): the gradient runs through ``torch.compile``; where it
+  pays and where it does not is measured in :mod:`bayesflow.engines.gradient`.
 - **temperature**: every sampler targets ``exp(f/𝒯)`` with 𝒯 = T / N
   (:mod:`bayesflow.temperature`); momenta start from N(0, 𝒯 I) and the injected noise
   variance is proportional to 𝒯. At T = 0 there is no noise, momenta start at 0, and each
@@ -236,7 +238,7 @@ def build_chains(
             problem,
             config,
             tempering.per_datum,
-            chain_gradient(problem, tempering.prior_weight),
+            chain_gradient(problem, tempering.prior_weight, config.compile),
             step_size,
             count=config.chains,
             hot=tempering.per_datum > 0,
@@ -251,7 +253,7 @@ def build_chains(
         problem,
         config,
         per_datum,
-        chain_gradient(problem, prior_weight),
+        chain_gradient(problem, prior_weight, config.compile),
         step_size,
         count=len(tempering.temperatures),
         hot=max(tempering.per_datum) > 0,

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import Field, PositiveInt
 
 from bayesflow.methods.base import (
+    COMPILE_DESCRIPTION,
     MINIBATCHES_DESCRIPTION,
     Method,
     MethodBase,
@@ -61,6 +62,7 @@ class DeepEnsembleSpec(MethodBase):
     epochs: PositiveInt = Field(100, description="Passes over the training data.")
     batch_size: PositiveInt | None = Field(128, description="Minibatch size; null for full batch.")
     minibatches: Minibatches = Field("independent", description=MINIBATCHES_DESCRIPTION)
+    compile: bool = Field(False, description=COMPILE_DESCRIPTION)
 
 
 def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> Engine:
@@ -69,7 +71,8 @@ def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> E
     Args:
         problem: the model, likelihood, prior and data size.
         tempering: the convention and temperature, which set the prior weight c.
-        config: the method's spec (members, optimiser, epochs, batch size, minibatches).
+        config: the method's spec (members, optimiser, epochs, batch size, minibatches,
+            compile).
     """
     import torchopt
 
@@ -80,7 +83,7 @@ def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> E
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
     optimizer = build_optimizer(config.optimizer, total_steps)
-    gradient = chain_gradient(problem, tempering.prior_weight)
+    gradient = chain_gradient(problem, tempering.prior_weight, compile=config.compile)
     independent = config.minibatches == "independent" and config.batch_size is not None
     streams = config.members if independent else 1
 

@@ -221,3 +221,34 @@ def test_initial_weights_and_draws_in_plain_torch() -> None:
     assert torch.equal(state.params, torch.stack(starts))
     torch.testing.assert_close(state.momenta, momenta, rtol=1e-6, atol=0)
     assert torch.equal(first_batch.targets, targets[orders[:, :BATCH]])
+
+
+@pytest.mark.slow  # torch.compile takes 5-45 s on the 2-core machines
+def test_compiled_gradient_equals_the_eager_gradient() -> None:
+    """``compile: true`` gives the eager gradients, for own and shared batches (float64)."""
+    problem = float64_problem()
+    generator = torch.Generator().manual_seed(0)
+    params = torch.stack([problem.init_params(generator) for _ in range(4)])
+    inputs = torch.randn(4, 6, 2, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 3, (4, 6), generator=generator)
+    eager, compiled = (chain_gradient(problem, 0.7, compile=flag) for flag in (False, True))
+    for batch in (ChainBatch(inputs, targets), (inputs[0], targets[0])):
+        for ours, theirs in zip(compiled(params, batch), eager(params, batch)):
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-10)
+
+
+@pytest.mark.slow  # torch.compile
+def test_compile_option_reaches_the_sampler() -> None:
+    """``sghmc`` with ``compile: true`` takes the eager sampler's steps (own batches)."""
+    problem = float64_problem()
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(24, 2, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 3, (24,), generator=generator)
+    config = {"lr": 0.05, "epochs": 2, "batch_size": 8, "chains": CHAINS, "keep": "last"}
+    start = problem.init_params(torch.Generator().manual_seed(1))
+    samples = [
+        fit(build("sghmc", problem, 1.0, compile=flag, **config), start, inputs, targets,
+            torch.Generator().manual_seed(2)).posterior.samples
+        for flag in (False, True)
+    ]
+    torch.testing.assert_close(samples[1], samples[0], rtol=0, atol=1e-10)
