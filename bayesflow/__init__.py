@@ -7,6 +7,7 @@ PyPI; this project's distribution is ``bayesflow-workflows``.
 from __future__ import annotations
 
 from bayesflow.api import (
+    Prepared,
     RunResult,
     artifacts,
     compare,
@@ -16,15 +17,18 @@ from bayesflow.api import (
     plan,
     plan_table,
     posteriors,
+    prepare,
     report,
     results,
     run,
+    run_spec,
 )
 from bayesflow.errors import BayesflowError, SpecError, StageError
 from bayesflow.posterior import load_posterior
 
 __all__ = [
     "BayesflowError",
+    "Prepared",
     "RunResult",
     "SpecError",
     "artifacts",
@@ -32,6 +36,7 @@ __all__ = [
     "evaluations",
     "histories",
     "posteriors",
+    "prepare",
     "report",
     "StageError",
     "load",
@@ -40,5 +45,6 @@ __all__ = [
     "plan_table",
     "results",
     "run",
+    "run_spec",
 ]
 __version__ = "0.1.0"

@@ -10,51 +10,30 @@
 # # Tempered posterior report
 #
 # Inference methods fitted at a grid of posterior temperatures and seeds by
-# `bayesflow run`, compared on held-out data. Every fit is an MLflow child run of the
-# run named at the end of this report.
+# `bayesflow run`, compared on held-out data. Every fit is an MLflow child run, named
+# after its cell, of the run this report is logged to.
 
 # %% tags=["parameters"]
-run_id = ""  # MLflow parent run of the `bayesflow run`
-tracking_uri = ""  # MLflow tracking URI; empty for MLflow's default
+bundle = ""  # folder of the run's results (bayesflow.report.bundle), written for this report
 workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = ["nll_vs_temperature", "accuracy_vs_temperature"]
-results_csv = ""  # when set, read the results from this CSV instead of MLflow
-prior_predictive_path = ""  # the prior predictive check's arrays (.npz), when it ran
+tracking_uri = ""  # where the runs are logged (shown, not read)
 
 # %%
 # %matplotlib inline
-import warnings
-
-# MLflow imports tqdm, which warns in a kernel without ipywidgets; the report shows no bars.
-warnings.filterwarnings("ignore", message="IProgress not found")
-
 import matplotlib.pyplot as plt
-import pandas as pd
 import seaborn as sns
-import yaml
 from IPython.display import Markdown, display
 
-from bayesflow.report import figures
+from bayesflow.report import bundle as bundles
+from bayesflow.report import figures, sections
 
 figures.apply_theme()
+data = bundles.open(bundle)
+frame = data.results()
 
-if results_csv:
-    frame = pd.read_csv(results_csv)
-else:
-    import bayesflow
-
-    frame = bayesflow.results(run_id, tracking_uri=tracking_uri or None)
-
-try:
-    spec = yaml.safe_load(spec_yaml) if spec_yaml else {}
-except yaml.YAMLError:
-    spec = {}
-description = spec.get("description", "") if isinstance(spec, dict) else ""
-lines = [f"**Workflow:** `{workflow or 'unnamed'}`"]
-if description:
-    lines.append(str(description).strip())
-display(Markdown("\n\n".join(lines)))
+display(Markdown(sections.header(workflow, spec_yaml)))
 
 # %% [markdown]
 # ## The temperature convention
@@ -75,23 +54,11 @@ display(Markdown("\n\n".join(lines)))
 # ## What ran
 
 # %%
+display(Markdown(sections.what_ran(frame)))
 failed = figures.failed_cells(frame)
-sampled = frame.loc[frame["temperature"] > 0]
-summary = [
-    f"- **{len(frame)}** fits: **{len(frame) - len(failed)}** finished, **{len(failed)}** failed",
-    f"- methods: {', '.join(f'`{method}`' for method in pd.unique(frame['method']))}",
-    "- temperatures: "
-    + ", ".join(f"{value:g}" for value in sorted(pd.unique(sampled["temperature"]))),
-    f"- seeds: {', '.join(str(seed) for seed in sorted(pd.unique(frame['seed'])))}",
-]
-display(Markdown("\n".join(summary)))
 if not failed.empty:
     display(Markdown("**Failed fits** (left out of the means, marked × in the figures):"))
-    display(
-        failed[["method", "engine", "temperature", "seed", "status", "run_id"]].style.hide(
-            axis="index"
-        )
-    )
+    display(failed[["method", "engine", "temperature", "seed", "status", "error"]].style.hide(axis="index"))
 
 # %% [markdown]
 # ## Metrics against temperature
@@ -139,36 +106,35 @@ if diagnostic_columns:
     display(table.style.hide(axis="index").format(precision=3).format({"temperature": "{:g}"}))
 else:
     display(Markdown("_No sampler diagnostics were logged (no SG-MCMC fit at T > 0)._"))
-if not results_csv:
-    traces = bayesflow.histories(run_id, "train_loss", tracking_uri=tracking_uri or None)
-    # one-pass methods (Laplace) have no trace worth drawing
-    traces = traces.groupby("run_id").filter(lambda run: len(run) > 1)
-    if not traces.empty:
-        grid = sns.relplot(
-            data=traces, x="step", y="value", hue="temperature", col="method", kind="line",
-            errorbar=None, col_wrap=min(3, traces["method"].nunique()), height=3, aspect=1.3, palette="viridis",
-            facet_kws={"sharey": False},
-        )
-        grid.set_axis_labels("epoch", "training loss")
-        plt.show()
-    kinetic = bayesflow.histories(run_id, "trace/kinetic_temperature_ratio", tracking_uri=tracking_uri or None)
-    if not kinetic.empty:
-        grid = sns.relplot(
-            data=kinetic, x="step", y="value", hue="temperature", col="method", kind="line",
-            errorbar=None, col_wrap=min(3, kinetic["method"].nunique()), height=3, aspect=1.3, palette="viridis",
-        )
-        grid.set_axis_labels("epoch", "kinetic temperature / target")
-        for axis in grid.axes.flat:
-            axis.axhline(1.0, color="black", linestyle=":", linewidth=1)
-        plt.show()
-    steps = bayesflow.histories(run_id, "trace/step_size", tracking_uri=tracking_uri or None)
-    if not steps.empty and steps["value"].nunique() > 1:  # a constant step size says nothing
-        grid = sns.relplot(
-            data=steps, x="step", y="value", col="method", kind="line", errorbar=None,
-            col_wrap=min(3, steps["method"].nunique()), height=3, aspect=1.3,
-        )
-        grid.set_axis_labels("epoch", "step size")
-        plt.show()
+traces = data.histories("train_loss")
+# one-pass methods (Laplace) have no trace worth drawing
+traces = traces.groupby("cell").filter(lambda cell: len(cell) > 1)
+if not traces.empty:
+    grid = sns.relplot(
+        data=traces, x="step", y="value", hue="temperature", col="method", kind="line",
+        errorbar=None, col_wrap=min(3, traces["method"].nunique()), height=3, aspect=1.3, palette="viridis",
+        facet_kws={"sharey": False},
+    )
+    grid.set_axis_labels("epoch", "training loss")
+    plt.show()
+kinetic = data.histories("trace/kinetic_temperature_ratio")
+if not kinetic.empty:
+    grid = sns.relplot(
+        data=kinetic, x="step", y="value", hue="temperature", col="method", kind="line",
+        errorbar=None, col_wrap=min(3, kinetic["method"].nunique()), height=3, aspect=1.3, palette="viridis",
+    )
+    grid.set_axis_labels("epoch", "kinetic temperature / target")
+    for axis in grid.axes.flat:
+        axis.axhline(1.0, color="black", linestyle=":", linewidth=1)
+    plt.show()
+steps = data.histories("trace/step_size")
+if not steps.empty and steps["value"].nunique() > 1:  # a constant step size says nothing
+    grid = sns.relplot(
+        data=steps, x="step", y="value", col="method", kind="line", errorbar=None,
+        col_wrap=min(3, steps["method"].nunique()), height=3, aspect=1.3,
+    )
+    grid.set_axis_labels("epoch", "step size")
+    plt.show()
 
 # %% [markdown]
 # ## Out-of-distribution detection
@@ -194,10 +160,8 @@ else:
 # poor prior for the task.
 
 # %%
-if prior_predictive_path:
-    import numpy as np
-
-    check = np.load(prior_predictive_path)
+check = data.prior_predictive()
+if check is not None:
     figure, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     sns.histplot(check["majority_fraction"], bins=20, ax=axes[0])
     axes[0].set_xlabel("share of test inputs in the draw's most frequent class")
@@ -214,22 +178,10 @@ else:
 # ## Workflow spec
 
 # %%
-if spec_yaml:
-    display(Markdown(f"```yaml\n{spec_yaml.rstrip()}\n```"))
-else:
-    display(Markdown("_No spec was passed to this report._"))
+display(Markdown(sections.spec_block(spec_yaml)))
 
 # %% [markdown]
 # ## Where the runs are
 
 # %%
-store = f"`{tracking_uri}`" if tracking_uri else "MLflow's default (`sqlite:///mlflow.db`)"
-display(
-    Markdown(
-        f"- MLflow run: `{run_id or 'not given'}`\n"
-        f"- tracking URI: {store}\n"
-        "- to browse every fit, its parameters and artifacts (`posterior/posterior.npz`), "
-        "run `bayesflow ui` in the workflow's folder, or "
-        f"`mlflow ui --backend-store-uri {tracking_uri or 'sqlite:///mlflow.db'}`"
-    )
-)
+display(Markdown(sections.run_links(data.parent_run_ids, tracking_uri, frame)))

@@ -17,29 +17,25 @@
 # the end.
 
 # %% tags=["parameters"]
-run_id = ""  # MLflow parent run of the `bayesflow run`
-tracking_uri = ""  # MLflow tracking URI; empty for MLflow's default
+bundle = ""  # folder of the run's results (bayesflow.report.bundle), written for this report
 workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = []  # unused: this report draws its own figures
+tracking_uri = ""  # where the runs are logged (shown, not read)
 
 # %%
 # %matplotlib inline
-import warnings
-
-# MLflow imports tqdm, which warns in a kernel without ipywidgets; the report shows no bars.
-warnings.filterwarnings("ignore", message="IProgress not found")
-
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
-import bayesflow
+from bayesflow.report import bundle as bundles
 from bayesflow.report import figures, sections
 
 figures.apply_theme()
-frame = bayesflow.results(run_id, tracking_uri=tracking_uri or None)
+data = bundles.open(bundle)
+frame = data.results()
 spec = sections.read_spec(spec_yaml)
 methods = list((spec.get("methods") or {}).keys())
 display(Markdown(sections.header(workflow, spec_yaml)))
@@ -61,7 +57,7 @@ display(Markdown(sections.what_ran(frame)))
 curves = []
 episodes = 0
 while True:
-    history = bayesflow.histories(run_id, f"trace/episode_nll/{episodes}", tracking_uri=tracking_uri or None)
+    history = data.histories(f"trace/episode_nll/{episodes}")
     if history.empty:
         break
     curves.append(history.assign(episode=episodes))
@@ -84,7 +80,7 @@ else:
 # ## Average loss over the episodes seen (the paper's Figure 6)
 
 # %%
-seen = bayesflow.histories(run_id, "trace/seen_average_nll", tracking_uri=tracking_uri or None)
+seen = data.histories("trace/seen_average_nll")
 if not seen.empty:
     seen["trained on"] = seen["step"] + 1
     figure, axis = plt.subplots(figsize=(6.5, 4))
@@ -118,4 +114,4 @@ display(Markdown(sections.spec_block(spec_yaml)))
 # ## Where the runs are
 
 # %%
-display(Markdown(sections.run_links(run_id, tracking_uri, frame)))
+display(Markdown(sections.run_links(data.parent_run_ids, tracking_uri, frame)))

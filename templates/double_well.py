@@ -13,32 +13,29 @@
 # parallel SGHMC is a deep ensemble made asymptotically unbiased. On a two-dimensional
 # target with two modes, the ensemble's members land on the modes without spread, one
 # serial chain explores the mode it starts in, and many chains run at once cover both
-# modes with their spread. Every fit is an MLflow child run of the run named at the end.
+# modes with their spread. Every fit is an MLflow child run, named after its cell, of the run this report is logged to.
 
 # %% tags=["parameters"]
-run_id = ""  # MLflow parent run of the `bayesflow run`
-tracking_uri = ""  # MLflow tracking URI; empty for MLflow's default
+bundle = ""  # folder of the run's results (bayesflow.report.bundle), written for this report
 workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = []  # unused: this report draws its own figures
+tracking_uri = ""  # where the runs are logged (shown, not read)
 
 # %%
 # %matplotlib inline
 import functools
-import warnings
-
-# MLflow imports tqdm, which warns in a kernel without ipywidgets; the report shows no bars.
-warnings.filterwarnings("ignore", message="IProgress not found")
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
-import bayesflow
+from bayesflow.report import bundle as bundles
 from bayesflow.report import experiments, figures, sections
 
 figures.apply_theme()
-frame = bayesflow.results(run_id, tracking_uri=tracking_uri or None)
+data = bundles.open(bundle)
+frame = data.results()
 spec = sections.read_spec(spec_yaml)
 methods = spec.get("methods") or {}
 barrier = float((spec.get("model") or {}).get("barrier", 4.0))
@@ -67,17 +64,17 @@ def chains_of(method: str) -> int:
     return int(config.get("members") or config.get("chains") or 1)
 
 
-posteriors = bayesflow.posteriors(run_id, tracking_uri=tracking_uri or None)
+posteriors = data.posteriors()
 order = {name: index for index, name in enumerate(methods)}
-finished = frame.loc[frame["run_id"].isin(list(posteriors))]
+finished = frame.loc[frame["cell"].isin(list(posteriors))]
 first_seed = finished.loc[finished["seed"] == finished["seed"].min()]
 temperatures = sorted(first_seed.loc[first_seed["temperature"] > 0, "temperature"].unique()) or [1.0]
 for temperature in temperatures:
     cell = first_seed.loc[first_seed["temperature"].isin([temperature, 0.0])]
     cell = cell.sort_values("method", key=lambda column: column.map(order), kind="stable")
     states = {
-        row.method: experiments.chain_states(posteriors[row.run_id]["samples"], chains_of(row.method))
-        for row in cell.itertuples() if "samples" in posteriors[row.run_id]
+        row.method: experiments.chain_states(posteriors[row.cell]["samples"], chains_of(row.method))
+        for row in cell.itertuples() if "samples" in posteriors[row.cell]
     }
     display(Markdown(f"### T = {temperature:g}"))
     experiments.double_well_panels(
@@ -100,10 +97,10 @@ for temperature in temperatures:
 # %%
 shares = []
 for row in finished.itertuples():
-    arrays = posteriors[row.run_id]
+    arrays = posteriors[row.cell]
     if "samples" in arrays:
-        shares.append({"run_id": row.run_id, "right_mode_share": float((arrays["samples"][:, 0] > 0).mean())})
-frame = frame.merge(pd.DataFrame(shares, columns=["run_id", "right_mode_share"]), on="run_id", how="left")
+        shares.append({"cell": row.cell, "right_mode_share": float((arrays["samples"][:, 0] > 0).mean())})
+frame = frame.merge(pd.DataFrame(shares, columns=["cell", "right_mode_share"]), on="cell", how="left")
 table = sections.metric_table(frame, ["right_mode_share", "ksd", "fit_seconds", "steps"], list(methods))
 display(table.style.hide(axis="index").format({"temperature": "{:g}"}))
 
@@ -117,4 +114,4 @@ display(Markdown(sections.spec_block(spec_yaml)))
 # ## Where the runs are
 
 # %%
-display(Markdown(sections.run_links(run_id, tracking_uri, frame)))
+display(Markdown(sections.run_links(data.parent_run_ids, tracking_uri, frame)))

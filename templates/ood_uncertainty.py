@@ -11,30 +11,26 @@
 #
 # The experiment of Section 5.3 of "Scalable Bayesian learning with posteriors"
 # (Duffield et al., ICLR 2025): can the uncertainty of a posterior tell inputs unlike the
-# training data apart? Every fit is an MLflow child run of the run named at the end.
+# training data apart? Every fit is an MLflow child run, named after its cell, of the run this report is logged to.
 
 # %% tags=["parameters"]
-run_id = ""  # MLflow parent run of the `bayesflow run`
-tracking_uri = ""  # MLflow tracking URI; empty for MLflow's default
+bundle = ""  # folder of the run's results (bayesflow.report.bundle), written for this report
 workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = []  # unused: this report draws its own figures
+tracking_uri = ""  # where the runs are logged (shown, not read)
 
 # %%
 # %matplotlib inline
-import warnings
-
-# MLflow imports tqdm, which warns in a kernel without ipywidgets; the report shows no bars.
-warnings.filterwarnings("ignore", message="IProgress not found")
-
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-import bayesflow
+from bayesflow.report import bundle as bundles
 from bayesflow.report import experiments, figures, sections
 
 figures.apply_theme()
-frame = bayesflow.results(run_id, tracking_uri=tracking_uri or None)
+data = bundles.open(bundle)
+frame = data.results()
 spec = sections.read_spec(spec_yaml)
 display(Markdown(sections.header(workflow, spec_yaml)))
 
@@ -67,7 +63,7 @@ display(Markdown(sections.what_ran(frame)))
 # column per method, seeds pooled. Separated histograms mean a good OOD score.
 
 # %%
-arrays = bayesflow.evaluations(run_id, tracking_uri=tracking_uri or None)
+arrays = data.evaluations()
 long = experiments.uncertainty_frame(frame, arrays)
 if long.empty:
     display(Markdown("_No fit logged OOD uncertainties: does the data hold OOD inputs "
@@ -116,4 +112,4 @@ display(Markdown(sections.spec_block(spec_yaml)))
 # ## Where the runs are
 
 # %%
-display(Markdown(sections.run_links(run_id, tracking_uri, frame)))
+display(Markdown(sections.run_links(data.parent_run_ids, tracking_uri, frame)))

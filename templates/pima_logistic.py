@@ -11,32 +11,28 @@
 #
 # The experiment of Section 5.4 of "Scalable Bayesian learning with posteriors"
 # (Duffield et al., ICLR 2025): on a model small enough for exact sampling, how close do
-# the scalable approximations get to the posterior? Every fit is an MLflow child run of
-# the run named at the end.
+# the scalable approximations get to the posterior? Every fit is an MLflow child run,
+# named after its cell, of the run this report is logged to.
 
 # %% tags=["parameters"]
-run_id = ""  # MLflow parent run of the `bayesflow run`
-tracking_uri = ""  # MLflow tracking URI; empty for MLflow's default
+bundle = ""  # folder of the run's results (bayesflow.report.bundle), written for this report
 workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = []  # unused: this report draws its own figures
+tracking_uri = ""  # where the runs are logged (shown, not read)
 
 # %%
 # %matplotlib inline
-import warnings
-
-# MLflow imports tqdm, which warns in a kernel without ipywidgets; the report shows no bars.
-warnings.filterwarnings("ignore", message="IProgress not found")
-
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
-import bayesflow
+from bayesflow.report import bundle as bundles
 from bayesflow.report import experiments, figures, sections
 
 figures.apply_theme()
-frame = bayesflow.results(run_id, tracking_uri=tracking_uri or None)
+data = bundles.open(bundle)
+frame = data.results()
 spec = sections.read_spec(spec_yaml)
 reference = (spec.get("evaluate") or {}).get("reference")
 display(Markdown(sections.header(workflow, spec_yaml)))
@@ -55,28 +51,28 @@ display(Markdown(sections.what_ran(frame)))
 # Gaussian posterior is sampled 1,000 times, a point estimate is a dashed line).
 
 # %%
-def feature_names(data: dict) -> list[str]:
+def feature_names(source: dict) -> list[str]:
     """The input columns of a CSV dataset (empty when the file cannot be read here)."""
-    if data.get("name") != "csv":
+    if source.get("name") != "csv":
         return []
     from bayesflow.data import resolve_path
 
     try:
-        columns = pd.read_csv(resolve_path(str(data["path"])), nrows=0).columns
+        columns = pd.read_csv(resolve_path(str(source["path"])), nrows=0).columns
     except (OSError, KeyError, ValueError):
         return []
-    return [str(column) for column in columns if column != data.get("target")]
+    return [str(column) for column in columns if column != source.get("target")]
 
 
-posteriors = bayesflow.posteriors(run_id, tracking_uri=tracking_uri or None)
-finished = frame.loc[frame["run_id"].isin(list(posteriors))]
+posteriors = data.posteriors()
+finished = frame.loc[frame["cell"].isin(list(posteriors))]
 first_seed = finished.loc[finished["seed"] == finished["seed"].min()]
 order = list(spec.get("methods") or pd.unique(first_seed["method"]))
 for temperature in sorted(first_seed.loc[first_seed["temperature"] > 0, "temperature"].unique()):
     cell = first_seed.loc[first_seed["temperature"].isin([temperature, 0.0])]
     rows = sorted(cell.itertuples(), key=lambda row: order.index(row.method) if row.method in order else len(order))
-    draws = {row.method: experiments.posterior_draws(posteriors[row.run_id]) for row in rows}
-    arrays = posteriors[rows[0].run_id]
+    draws = {row.method: experiments.posterior_draws(posteriors[row.cell]) for row in rows}
+    arrays = posteriors[rows[0].cell]
     labels = experiments.coefficient_labels(
         [str(name) for name in arrays["param_names"]], [str(shape) for shape in arrays["param_shapes"]],
         feature_names(spec.get("data") or {}),
@@ -127,4 +123,4 @@ display(Markdown(sections.spec_block(spec_yaml)))
 # ## Where the runs are
 
 # %%
-display(Markdown(sections.run_links(run_id, tracking_uri, frame)))
+display(Markdown(sections.run_links(data.parent_run_ids, tracking_uri, frame)))

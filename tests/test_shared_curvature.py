@@ -40,8 +40,8 @@ def test_rescaled_laplace_equals_a_direct_fit(tmp_path: Path, monkeypatch: pytes
 
     from bayesflow.stages import StageRunner
 
-    runner = StageRunner(loaded, bayesflow.api._dataset(loaded), tmp_path)
-    problem, _, tempering = runner._problem(plan.stages["fit/laplace/T=1/seed=0"])
+    runner = StageRunner(loaded, bayesflow.api._dataset(loaded))
+    problem, _, tempering = runner.context.problem(plan.stages["fit/laplace/T=1/seed=0"])
     engine = METHODS.get("laplace_diag_ggn").builder()(problem, tempering, loaded.spec.methods["laplace"])
     data = runner.dataset
     direct = fit(engine, mode, torch.as_tensor(data.x_train), torch.as_tensor(data.y_train),

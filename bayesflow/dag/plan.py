@@ -67,6 +67,8 @@ class Stage:
         method, engine, temperature, seed: the sweep coordinates (fit and evaluate);
             ``temperature`` is None for a fit shared by every temperature.
         config: the canonical config that went into the key.
+        optional_inputs: the stage runs on whichever inputs finished (plots and the
+            report show the failed cells); else a failed input skips it.
     """
 
     name: str
@@ -78,11 +80,14 @@ class Stage:
     temperature: float | None = None
     seed: int | None = None
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    optional_inputs: bool = False
 
     @property
     def cacheable(self) -> bool:
-        """Whether finished outputs of this stage are reused by later runs."""
-        return self.kind in ("fit", "fit_group", "curvature", "evaluate", "prior_predictive")
+        """Whether finished outputs of this stage are reused by later runs (every kind)."""
+        return self.kind in (
+            "fit", "fit_group", "curvature", "evaluate", "prior_predictive", "plot", "report"
+        )
 
 
 @dataclass
@@ -291,11 +296,24 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
                     name, "evaluate", inputs, _hash(payload), method, fit.engine,
                     temperature, seed, payload,
                 )
-    evaluations = tuple(s.name for s in stages.values() if s.kind == "evaluate")
+    # Plots and the report read every cell's fit and evaluation, whichever finished
+    # (optional inputs); their keys cover those inputs' keys by name (two methods with
+    # equal settings are two cells), the figure code or template, and the versions.
+    from bayesflow.report.render import source_digest
+
+    cells: list[dict[str, Any]] = [
+        {"cell": s.name.replace("evaluate/", "fit/", 1), "evaluation": s.name, "method": s.method,
+         "engine": s.engine, "temperature": s.temperature, "seed": s.seed}
+        for s in stages.values() if s.kind == "evaluate"
+    ]
+    results = tuple(str(name) for cell in cells for name in (cell["cell"], cell["evaluation"]))
+    keys = {name: stages[name].key for name in results}
     plot_names = []
     for plot in spec.plots:
         name = f"plot/{plot}"
-        stages[name] = Stage(name, "plot", evaluations, _hash([plot, evaluations]), config={"plot": plot})
+        payload = {"plot": plot, "code": source_digest(), "cells": cells, "inputs": keys,
+                   "versions": _versions()}
+        stages[name] = Stage(name, "plot", results, _hash(payload), config=payload, optional_inputs=True)
         plot_names.append(name)
     extra: tuple[str, ...] = ()
     if spec.evaluate.prior_predictive:
@@ -306,9 +324,16 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
         )
         extra = ("prior_predictive",)
     if spec.report.enabled:
-        payload = {"report": spec.report.model_dump(mode="json"), "inputs": evaluations}
+        inputs = (*results, *plot_names, *extra)
+        payload = {
+            "report": spec.report.model_dump(mode="json"),
+            "code": source_digest(spec.report.template),
+            "spec": _hash(spec.model_dump(mode="json")),  # the report shows the whole spec
+            "cells": cells, "inputs": {name: stages[name].key for name in inputs},
+            "versions": _versions(),
+        }
         stages["report"] = Stage(
-            "report", "report", (*evaluations, *plot_names, *extra), _hash(payload), config=payload
+            "report", "report", inputs, _hash(payload), config=payload, optional_inputs=True
         )
     return Plan(spec.name, stages)
 

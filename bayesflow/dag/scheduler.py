@@ -9,20 +9,23 @@ only caller of hooks, whether stages ran inline, in worker processes or on Ray. 
 effects such as tracking live in hooks (Kedro's pattern), not in stages.
 
 With ``keep_going`` a failed stage fails only itself and the stages that need its
-outputs; independent stages still run. Stages with equal keys (two methods with equal
-settings under different names) are computed once: the second waits for the first and
-reuses its output. Stages that are not cacheable (plots, the report) wait until no
-worker is busy and run in this process.
+outputs; independent stages still run, and so does a stage whose inputs are optional
+(plots and the report): it gets the inputs that finished and is told which did not.
+Stages with equal keys (two methods with equal settings under different names) are
+computed once: the second waits for the first and reuses its output. Stages that are
+not cacheable (no planned kind now) wait until no worker is busy and run in this process.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import time
 import traceback
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -78,6 +81,17 @@ def _forced(stage: Stage, force: Sequence[str] | bool) -> bool:
     if isinstance(force, bool):
         return force
     return any(fnmatch.fnmatch(stage.name, pattern) for pattern in force)
+
+
+def _on_finished_inputs(stage: Stage, blocked: list[str], outcome: Outcome) -> Stage:
+    """``stage``, whose inputs are optional, on the inputs that finished. The blocked ones
+    go into its config as ``missing`` (``{name: {"status", "error"}}``) for it to show, and
+    its key covers which are missing, so that an output made without them is cached
+    apart from the complete one."""
+    missing = {name: {"status": outcome.status[name], "error": outcome.errors.get(name, "")} for name in blocked}
+    key = hashlib.sha256(json.dumps([stage.key, sorted(missing)]).encode()).hexdigest()[:16]
+    inputs = tuple(name for name in stage.inputs if name not in missing)
+    return replace(stage, inputs=inputs, key=key, config={**stage.config, "missing": missing})
 
 
 def stage_status(
@@ -249,6 +263,8 @@ class _Scheduler:
     def _start(self, stage: Stage, states: list[str | None]) -> bool:
         """Skip, reuse or submit ``stage``; return False when it must wait."""
         blocked = [name for name, state in zip(stage.inputs, states) if state not in ("ran", "cached")]
+        if blocked and stage.optional_inputs:
+            stage, blocked = _on_finished_inputs(stage, blocked, self.outcome), []
         if blocked or (self.outcome.failed and not self.keep_going):
             self.outcome.status[stage.name] = "skipped"
             self.outcome.errors[stage.name] = (

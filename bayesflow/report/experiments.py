@@ -4,6 +4,9 @@
   each fit's per-point total and epistemic uncertainty on in- and out-of-distribution
   inputs (``evaluation.npz``); :func:`uncertainty_distributions` draws their densities,
   one column of panels per method.
+
+Fits are named by the results frame's ``cell`` column (a report bundle's join key, see
+:mod:`bayesflow.report.bundle`).
 - Posterior marginals against a reference (Figure 11): :func:`posterior_draws` turns a
   ``posterior.npz`` of any form into samples; :func:`marginal_densities` draws one KDE
   panel per parameter with the reference filled in grey.
@@ -48,31 +51,36 @@ REFERENCE_COLOUR = "0.6"
 # ------------------------------------------------------------------ OOD detection
 
 
-def uncertainty_frame(frame: pd.DataFrame, evaluations: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+def uncertainty_frame(
+    frame: pd.DataFrame, evaluations: Mapping[str, Mapping[str, Any]], key: str = "cell"
+) -> pd.DataFrame:
     """One row per (fit, input point): its total, aleatoric and epistemic uncertainty.
 
     Args:
-        frame: a results frame (:func:`bayesflow.results`).
-        evaluations: ``{fit run id: arrays of its evaluation.npz}``
-            (:func:`bayesflow.evaluations`); fits without OOD arrays are left out.
+        frame: a results frame (a report bundle's, or :func:`bayesflow.results`).
+        evaluations: ``{fit: arrays of its evaluation.npz}``, keyed by the frame's
+            ``key`` column (a bundle's :meth:`~bayesflow.report.bundle.Bundle.evaluations`
+            by ``cell``; :func:`bayesflow.evaluations` by ``run_id``); fits without OOD
+            arrays are left out.
+        key: the column that names each fit in ``evaluations``.
 
     Returns:
-        Columns ``method``, ``temperature``, ``seed``, ``run_id``, ``inputs`` (one of
-        :data:`INPUTS`), ``total``, ``aleatoric``, ``epistemic``.
+        Columns ``method``, ``temperature``, ``seed``, ``key``'s column, ``inputs`` (one
+        of :data:`INPUTS`), ``total``, ``aleatoric``, ``epistemic``.
     """
     pieces = []
-    for row in frame.itertuples():
-        arrays = evaluations.get(row.run_id)
+    for row in frame.to_dict("records"):
+        arrays = evaluations.get(row[key])
         if arrays is None or "ood_uncertainty_total" not in arrays:
             continue
         for prefix, inputs in zip(("", "ood_"), INPUTS):
             pieces.append(pd.DataFrame({
-                "method": row.method, "temperature": row.temperature, "seed": row.seed,
-                "run_id": row.run_id, "inputs": inputs,
+                "method": row["method"], "temperature": row["temperature"], "seed": row["seed"],
+                key: row[key], "inputs": inputs,
                 **{kind: arrays[f"{prefix}uncertainty_{kind}"]
                    for kind in ("total", "aleatoric", "epistemic")},
             }))
-    columns = ["method", "temperature", "seed", "run_id", "inputs", "total", "aleatoric", "epistemic"]
+    columns = ["method", "temperature", "seed", key, "inputs", "total", "aleatoric", "epistemic"]
     return pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame(columns=columns)
 
 

@@ -1,20 +1,21 @@
 """Seaborn figures and tables over a results frame, one look for every report.
 
-A results frame has one row per fit (an MLflow child run) with the columns
-``method``, ``engine``, ``temperature`` (float), ``seed`` (int), ``status``, the
-summary metrics ``test_nll``, ``test_accuracy``, ``test_ece``, ``test_brier``,
-``fit_seconds``, ``steps``, and ``run_id``.
+A results frame has one row per fit with the columns ``method``, ``engine``,
+``temperature`` (float), ``temperature_shared``, ``seed`` (int), ``status``, the summary
+metrics ``test_nll``, ``test_accuracy``, ``test_ece``, ``test_brier``, ``fit_seconds``,
+``steps``, and ``cell`` (a report bundle's, :mod:`bayesflow.report.bundle`) or ``run_id``
+(:func:`bayesflow.results`).
 
-Optimisers (engines ``map`` and ``mle``) do not depend on the temperature: they are the
-T → 0 limit and are logged with temperature 0, which a log axis cannot show. They are
-drawn as horizontal reference lines. Functions here draw on an ``Axes`` and return it;
-they never call ``plt.show()`` (the notebook's inline backend displays figures).
+Fits that do not depend on the temperature (a MAP, an ensemble: the T → 0 limit) are
+logged with temperature 0, which a log axis cannot show; they are drawn as horizontal
+reference lines. Functions here draw on an ``Axes`` and return it; they never call
+``plt.show()`` (the notebook's inline backend displays figures).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -55,7 +56,6 @@ PLOT_METRICS: dict[str, str] = {
 
 TABLE_METRICS = ("test_nll", "test_accuracy", "test_ece", "test_brier")
 FINISHED = "FINISHED"  # MLflow's status of a run that ended without error
-DISPLAY_NAMES = {"map": "MAP", "mle": "MLE"}
 
 
 def apply_theme() -> None:
@@ -92,14 +92,13 @@ def metric_vs_temperature(
     frame: pd.DataFrame,
     metric: str,
     ax: Axes | None = None,
-    reference_methods: Sequence[str] = ("map", "mle"),
 ) -> Axes:
     """Plot a metric against the posterior temperature, one line per method.
 
     Sampled methods are drawn as mean ± 1 sd over seeds on a log temperature axis.
-    Methods whose engine (or name) is in ``reference_methods``, and any fit at
-    temperature 0 (T → 0 is optimisation), are drawn as dashed horizontal lines at
-    their mean over seeds with a ±1 sd band. Failed fits (status not ``FINISHED``
+    Fits shared by every temperature (``temperature_shared``, logged at temperature 0:
+    T → 0 is optimisation) are drawn as dashed horizontal lines at their mean over seeds
+    with a ±1 sd band. Failed fits (status not ``FINISHED``
     or a missing metric) are marked with an ``x`` at the bottom of the axis and
     listed in a note.
 
@@ -107,23 +106,22 @@ def metric_vs_temperature(
         frame: a results frame (see the module docstring).
         metric: the column to plot, e.g. ``"test_nll"``.
         ax: the axes to draw on; a new figure when None.
-        reference_methods: engines or method names fitted by optimisation.
 
     Returns:
         The axes drawn on.
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
+    if metric not in frame.columns:  # no fit finished with it: every cell is marked failed
+        frame = frame.assign(**{metric: np.nan})
     frame = frame.assign(
         temperature=pd.to_numeric(frame["temperature"], errors="coerce"),
         **{metric: pd.to_numeric(frame[metric], errors="coerce")},
     )
     palette = _palette(frame["method"])
-    is_reference = (
-        frame["engine"].isin(reference_methods)
-        | frame["method"].isin(reference_methods)
-        | (frame["temperature"] <= 0)
-    )
+    is_reference = frame["temperature"] <= 0
+    if "temperature_shared" in frame.columns:
+        is_reference |= frame["temperature_shared"].astype(bool)
     failed = failed_cells(frame, metric)
     succeeded = frame.drop(index=failed.index)
 
@@ -152,7 +150,7 @@ def results_table(frame: pd.DataFrame, metrics: Iterable[str] = TABLE_METRICS) -
         fits) and one formatted string column per metric. Failed fits are left out
         of the mean; a cell with no finished fit reads ``"failed"``.
     """
-    metrics = list(metrics)
+    metrics = [metric for metric in metrics if metric in frame.columns]
     method_order = {method: index for index, method in enumerate(pd.unique(frame["method"]))}
     rows = []
     for (method, temperature), group in frame.groupby(["method", "temperature"], sort=False):
@@ -184,7 +182,11 @@ def _mean_and_spread(values: pd.Series) -> str:
 
 
 def _display_name(method: str) -> str:
-    return DISPLAY_NAMES.get(method, method)
+    """How figures name a method: a method named after its engine takes the engine's
+    label (``map`` → ``MAP``, from the method registry); others keep their names."""
+    from bayesflow.methods.registry import METHODS
+
+    return METHODS.get(method).display_name if method in METHODS else method
 
 
 def _palette(methods: pd.Series) -> dict[str, tuple[float, float, float]]:

@@ -8,7 +8,7 @@ A template opens with :func:`header` and :func:`what_ran`, shows its own figures
     display(Markdown(sections.what_ran(frame)))
     ...
     display(Markdown(sections.spec_block(spec_yaml)))
-    display(Markdown(sections.run_links(run_id, tracking_uri, frame)))
+    display(Markdown(sections.run_links(data.parent_run_ids, tracking_uri, frame)))
 
 Every function returns text or a frame and draws nothing, so it is tested without a kernel.
 """
@@ -47,7 +47,7 @@ def header(workflow: str, spec_yaml: str) -> str:
 
 def what_ran(frame: pd.DataFrame) -> str:
     """How many fits finished and failed, the methods, temperatures and seeds, and a
-    list of the failed fits."""
+    list of the failed (or skipped) fits with their errors."""
     failed = failed_cells(frame)
     sampled = frame.loc[frame["temperature"] > 0]
     temperatures = sorted(pd.unique(sampled["temperature"]))
@@ -59,10 +59,16 @@ def what_ran(frame: pd.DataFrame) -> str:
     ]
     if not failed.empty:
         lines.append("- **failed fits** (left out of means and figures): " + "; ".join(
-            f"`{row.method}` T={row.temperature:g} seed {row.seed} ({row.status})"
-            for row in failed.itertuples()
+            f"`{row['method']}` T={row['temperature']:g} seed {row['seed']} ({_reason(row)})"
+            for row in failed.to_dict("records")
         ))
     return "\n".join(lines)
+
+
+def _reason(row: dict[str, Any]) -> str:
+    """A failed cell's status and the first line of its error, when the frame has one."""
+    error = str(row.get("error") or "").strip().splitlines()
+    return f"{row['status']}: {error[0][:200]}" if error else str(row["status"])
 
 
 def metric_table(
@@ -95,12 +101,25 @@ def spec_block(spec_yaml: str) -> str:
 def run_links(
     run_ids: str | list[str], tracking_uri: str, frame: pd.DataFrame | None = None
 ) -> str:
-    """Where the runs are: the parent run(s), the store, how to browse it, and a
-    ``runs:/<id>`` link (the URI MLflow's APIs accept) for every fit in ``frame``."""
+    """Where the runs are: the parent run(s), the store and how to browse it, and a line
+    per fit in ``frame``: its ``runs:/<id>`` link (the URI MLflow's APIs accept) when the
+    frame holds ``run_id`` (read from the store), else its cell, which names its run.
+
+    Args:
+        run_ids: the parent run(s); none for a report rendered by its run's report stage
+            (which is cached and shared by reruns, so it names no run: it is logged to
+            each run it belongs to).
+        tracking_uri: the store (empty: the default, ``sqlite:///mlflow.db``).
+        frame: the results, to list each fit.
+    """
     parents = [run_ids] if isinstance(run_ids, str) else list(run_ids)
     store = tracking_uri or DEFAULT_STORE
-    lines = [
-        *(f"- MLflow run: `{run or 'not given'}`" for run in parents),
+    lines = [f"- MLflow run: `{run}`" for run in parents if run] or [(
+        "- MLflow run: the parent run this report is logged to (`bayesflow run` prints its "
+        "id; the report's folder is named after it); each fit is a child run of it, named "
+        "after its cell"
+    )]
+    lines += [
         f"- tracking URI: `{store}`",
         (
             "- browse every fit, its parameters and artifacts (`posterior/posterior.npz`, "
@@ -109,10 +128,13 @@ def run_links(
         ),
     ]
     if frame is not None and not frame.empty:
-        lines += ["", "| method | T | seed | status | fit run |", "| --- | --- | --- | --- | --- |"]
-        for row in frame.itertuples():
+        by_run = "run_id" in frame.columns
+        lines += ["", f"| method | T | seed | status | {'fit run' if by_run else 'cell'} |",
+                  "| --- | --- | --- | --- | --- |"]
+        for row in frame.to_dict("records"):
+            where = f"runs:/{row['run_id']}" if by_run else row.get("cell", "")
             lines.append(
-                f"| `{row.method}` | {row.temperature:g} | {row.seed} | {row.status} "
-                f"| `runs:/{row.run_id}` |"
+                f"| `{row['method']}` | {row['temperature']:g} | {row['seed']} | {row['status']} "
+                f"| `{where}` |"
             )
     return "\n".join(lines)

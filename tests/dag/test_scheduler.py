@@ -26,12 +26,13 @@ from bayesflow.spec.settings import ExecutionSpec
 
 
 def chain_plan() -> Plan:
-    """a → b, and c independent; plus a non-cacheable report that needs b and c."""
+    """a → b, and c independent; plus a non-cacheable stage (of no planned kind) named
+    report that needs b and c."""
     stages = {
         "fit/a": Stage("fit/a", "fit", (), "ka"),
         "evaluate/b": Stage("evaluate/b", "evaluate", ("fit/a",), "kb"),
         "fit/c": Stage("fit/c", "fit", (), "kc"),
-        "report": Stage("report", "report", ("evaluate/b", "fit/c"), "kr"),
+        "report": Stage("report", "summary", ("evaluate/b", "fit/c"), "kr"),
     }
     return Plan("test", stages)
 
@@ -43,7 +44,7 @@ def twin_plan() -> Plan:
         "fit/a2": Stage("fit/a2", "fit", (), "kf"),
         "evaluate/a1": Stage("evaluate/a1", "evaluate", ("fit/a1",), "ke"),
         "evaluate/a2": Stage("evaluate/a2", "evaluate", ("fit/a2",), "ke"),
-        "report": Stage("report", "report", ("evaluate/a1", "evaluate/a2"), "kr"),
+        "report": Stage("report", "summary", ("evaluate/a1", "evaluate/a2"), "kr"),
     }
     return Plan("twins", stages)
 
@@ -142,6 +143,33 @@ def test_failure_fails_only_its_dependents(tmp_path: Path) -> None:
     assert outcome.errors["evaluate/b"] == "needs fit/a"
     assert outcome.errors["report"] == "needs evaluate/b"
     assert not outcome.ok
+
+
+def test_optional_inputs_run_on_what_finished(tmp_path: Path) -> None:
+    """A stage with optional inputs runs on those that finished, told which did not and
+    why, under a key of its own that a complete rerun does not reuse."""
+    stages = {
+        "fit/a": Stage("fit/a", "fit", (), "ka"),
+        "fit/c": Stage("fit/c", "fit", (), "kc"),
+        "plot/x": Stage("plot/x", "plot", ("fit/a", "fit/c"), "kp", optional_inputs=True),
+    }
+    seen: dict[str, Any] = {}
+
+    def run_stage(stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
+        if stage.name == "fit/a" and "fails" not in seen:
+            raise RuntimeError("boom")
+        seen[stage.name] = (sorted(inputs), stage.config.get("missing"), stage.key)
+        return {}
+
+    cache = Cache(tmp_path)
+    outcome = execute(Plan("t", stages), run_stage, cache)
+    assert outcome.status == {"fit/a": "failed", "fit/c": "ran", "plot/x": "ran"}
+    inputs, missing, key = seen.pop("plot/x")
+    assert inputs == ["fit/c"] and missing == {"fit/a": {"status": "failed", "error": "boom"}}
+    assert key != "kp" and cache.get(key) is not None and cache.get("kp") is None
+    seen["fails"] = False
+    again = execute(Plan("t", stages), run_stage, cache)
+    assert again.status["plot/x"] == "ran" and seen["plot/x"] == (["fit/a", "fit/c"], None, "kp")
 
 
 def test_failure_keeps_the_whole_message_and_the_traceback(tmp_path: Path) -> None:

@@ -140,7 +140,7 @@ def test_ood_report_has_figure_7_and_table_1(launched: Any) -> None:
     succeeded(future.result()[0])
     text = report_html(folder, "ood_uncertainty")
     assert text.count("data:image/png;base64") >= 1
-    assert "AUROC (TU)" in text and "AUROC (EU)" in text and "runs:/" in text
+    assert "AUROC (TU)" in text and "AUROC (EU)" in text and "fit/map/T=shared/seed=0" in text
     assert "Traceback" not in text
 
 
@@ -188,6 +188,40 @@ def test_compare_report_of_two_runs(launched: Any) -> None:
     assert text.count("data:image/png;base64") >= 4  # one figure per compared metric
     assert "variance: 2.0" in text and "Δ test_nll [B]" in text
     assert bayesflow(folder, "report", "--compare", ids[0]).returncode == 2
+
+
+TWINS = """\
+name: twins
+data: {name: sklearn_digits, test_fraction: 0.5}
+model: {name: mlp, hidden: [8]}
+likelihood: {name: categorical}
+prior: {name: diag_normal, variance: 1.0}
+temperatures: [1.0]
+seeds: [0]
+methods:
+  a: {engine: sghmc, lr: 0.01, epochs: 2, chains: 2, keep: last}
+  b: {engine: sghmc, lr: 0.01, epochs: 2, chains: 2, keep: last}
+evaluate: {n_samples: 4}
+plots: [nll_vs_temperature]
+"""
+
+
+def test_equal_methods_under_two_names_keep_both_rows(tmp_path: Path) -> None:
+    """Methods `a` and `b` with equal settings are fitted once, yet each has its child run,
+    its row in the results and its line in the report."""
+    (tmp_path / "twins.yaml").write_text(TWINS)
+    result = succeeded(bayesflow(tmp_path, "run", "twins.yaml"))
+    printed = result.stdout + result.stderr
+    assert "done   fit/a/T=1/seed=0" in printed and "fit/b/T=1/seed=0 (" not in printed
+    runs = fits(tmp_path, "twins")
+    assert sorted(run.data.params["method"] for run in runs) == ["a", "b"]
+    assert all("test_nll" in run.data.metrics for run in runs)
+    import bayesflow as api
+
+    frame = api.results(parents(tmp_path, "twins")[0], tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert sorted(frame["method"]) == ["a", "b"] and frame["test_nll"].nunique() == 1
+    text = report_html(tmp_path, "twins")
+    assert "fit/a/T=1/seed=0" in text and "fit/b/T=1/seed=0" in text and "Traceback" not in text
 
 
 def test_continual_workflow_draws_figures_5_and_6(tmp_path: Path) -> None:

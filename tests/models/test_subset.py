@@ -173,15 +173,15 @@ def test_fit_stage_saves_last_layer_laplace_in_full_space(
     text = TINY_SPEC.replace("    from: map\n", "    from: map\n    parameters: ['2.*']\n")
     loaded = load_spec(write(tmp_path, text))
     dataset = _dataset(loaded)
-    runner = StageRunner(loaded, dataset, tmp_path / "reports")
+    runner = StageRunner(loaded, dataset)
     stages = plan_workflow(loaded.spec, dataset.digest).stages
     fits = {(s.method, s.temperature): s for s in stages.values() if s.kind == "fit"}
     entries = {}
     for stage in (fits[("map", None)], fits[("laplace", 1.0)]):
         folder = tmp_path / stage.key
         folder.mkdir()
-        runner.fit(stage, {name: entries[name] for name in stage.inputs}, folder)
-        entries[stage.name] = Entry(stage.key, folder, {})
+        values = runner(stage, {name: entries[name] for name in stage.inputs}, folder)
+        entries[stage.name] = Entry(stage.key, folder, values)
     saved = dict(np.load(entries[fits[("laplace", 1.0)].name].file(POSTERIOR_FILE)))
     mapped = dict(np.load(entries[fits[("map", None)].name].file(POSTERIOR_FILE)))
     assert tuple(saved["param_names"]) == ("0.weight", "0.bias", "2.weight", "2.bias")

@@ -12,9 +12,12 @@ def test_sections_say_what_ran_and_where(results_frame: pd.DataFrame) -> None:
     """What ran counts fits and lists the failed one; the links name every fit run."""
     text = sections.what_ran(results_frame)
     assert "**14** fits: **13** finished, **1** failed" in text
-    assert "`sghmc` T=3 seed 1 (FAILED)" in text
+    assert "`sghmc` T=3 seed 1 (FAILED: diverged)" in text
     links = sections.run_links("parent", "sqlite:///x.db", results_frame)
     assert "- MLflow run: `parent`" in links and links.count("runs:/run-") == 14
+    by_cell = sections.run_links([], "", results_frame.drop(columns="run_id"))
+    assert "the parent run this report is logged to" in by_cell
+    assert "`fit/sghmc/T=3/seed=1`" in by_cell and "runs:/" not in by_cell.split("\n\n")[1]
     assert sections.header("w", "description: studies X\n") == "**Workflow:** `w`\n\nstudies X"
     assert sections.read_spec("- not a mapping") == {}
 
@@ -30,13 +33,17 @@ def test_metric_table_marks_metrics_that_do_not_apply(results_frame: pd.DataFram
 
 def test_uncertainty_frame_stacks_in_and_out_of_distribution_points(results_frame: pd.DataFrame) -> None:
     """One row per point and fit, labelled by inputs; fits without OOD arrays are left out."""
+    first, second = results_frame["cell"][:2]
     arrays = {
-        "run-0": {f"{prefix}uncertainty_{kind}": np.full(size, value)
-                  for prefix, size, value in (("", 3, 0.1), ("ood_", 2, 0.9))
-                  for kind in ("total", "aleatoric", "epistemic")},
-        "run-1": {"uncertainty_total": np.zeros(3)},
+        first: {f"{prefix}uncertainty_{kind}": np.full(size, value)
+                for prefix, size, value in (("", 3, 0.1), ("ood_", 2, 0.9))
+                for kind in ("total", "aleatoric", "epistemic")},
+        second: {"uncertainty_total": np.zeros(3)},
     }
     long = experiments.uncertainty_frame(results_frame, arrays)
+    assert set(long["cell"]) == {first}
+    by_run = experiments.uncertainty_frame(results_frame, {"run-0": arrays[first]}, key="run_id")
+    assert len(by_run) == len(long)
     assert long.groupby("inputs")["total"].agg(list).to_dict() == {
         "in-distribution": [0.1] * 3, "out-of-distribution": [0.9] * 2
     }

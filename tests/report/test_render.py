@@ -15,7 +15,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
 from bayesflow.errors import RegistryError, StageError
-from bayesflow.report import KERNEL_NAME, find_template, list_templates, render_report
+from bayesflow.report import KERNEL_NAME, bundle, find_template, list_templates, render_report
 from bayesflow.report.render import _private_kernel
 
 from .conftest import synthetic_results
@@ -109,16 +109,16 @@ def test_tiny_template_renders_self_contained_html(tmp_path: Path) -> None:
 
 
 def test_cold_posterior_template_renders(tmp_path: Path) -> None:
-    """The default template renders every requested figure and the results table."""
-    results_csv = tmp_path / "results.csv"
-    synthetic_results().to_csv(results_csv, index=False)
+    """The default template renders every requested figure, the results table and the
+    failed cell with its error, from a bundle."""
+    folder = bundle.write(tmp_path / "bundle", synthetic_results().drop(columns="run_id"))
     plots = ["nll_vs_temperature", "accuracy_vs_temperature", "ece_vs_temperature"]
     parameters = {
-        "results_csv": results_csv,
-        "run_id": "0123abcd",
+        "bundle": folder,
         "workflow": "cold_posterior",
         "spec_yaml": "name: cold_posterior\ntemperatures: [0.1, 1.0, 3.0]\n",
         "plots": plots,
+        "tracking_uri": "sqlite:///mlflow.db",
     }
 
     report = render_report("cold_posterior", parameters, tmp_path / "out")
@@ -129,7 +129,7 @@ def test_cold_posterior_template_renders(tmp_path: Path) -> None:
     assert "<table" in html and "0.305 ± 0.007" in html
     text = re.sub(r"<[^>]+>", "", html)  # the spec is syntax-highlighted into spans
     assert "temperatures: [0.1, 1.0, 3.0]" in text
-    assert "0123abcd" in text and "bayesflow ui" in text
+    assert "fit/sghmc/T=3/seed=1" in text and "diverged" in text and "bayesflow ui" in text
 
 
 def test_failing_cell_raises_stage_error(tmp_path: Path) -> None:

@@ -1,0 +1,208 @@
+"""The fit stage: one method at one temperature and seed, saved as ``posterior.npz``.
+
+Its upstream artefact, if any, says how:
+
+- none: fit from the network's initialisation (seeded with the stage's seed);
+- a :class:`~bayesflow.stages.artefacts.FitArtefact` (``from:``): start at that fit's
+  mean, or, with ``parameters``, infer only those tensors with the others fixed there;
+- a :class:`~bayesflow.stages.artefacts.CurvatureArtefact`: a Laplace posterior rescaled
+  from a curvature pass shared by every temperature (no data pass);
+- a :class:`~bayesflow.stages.artefacts.FitGroupArtefact`: a cell of a vectorised grid,
+  which only takes its own posterior out of the group.
+
+A method with ``continual`` settings is fitted episode by episode
+(:mod:`bayesflow.continual`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bayesflow.dag.plan import Stage
+from bayesflow.errors import DivergenceError, StageError
+from bayesflow.methods.registry import method_of
+from bayesflow.report.bundle import link_or_copy
+from bayesflow.stages.artefacts import (
+    POSTERIOR_FILE,
+    Artefact,
+    CurvatureArtefact,
+    FitArtefact,
+    FitGroupArtefact,
+)
+from bayesflow.stages.context import WorkflowContext, describe_cell
+
+__all__ = ["fit", "load_posterior", "sampler_traces", "starting_point"]
+
+
+def fit(
+    context: WorkflowContext, stage: Stage, upstream: dict[str, Artefact], staging: Path
+) -> FitArtefact:
+    """Fit ``stage``'s method at its temperature and seed into ``staging``.
+
+    Args:
+        context: the workflow's spec and data.
+        stage: a ``fit`` stage.
+        upstream: its input artefacts by stage name (none, one fit, one curvature pass,
+            or one vectorised group).
+        staging: the folder that receives ``posterior.npz``.
+    """
+    (source,) = upstream.values() if upstream else (None,)
+    if isinstance(source, FitGroupArtefact):
+        return _group_cell(stage, source, staging)
+    if isinstance(source, CurvatureArtefact):
+        return _rescaled_laplace(context, stage, source, staging)
+    if getattr(context.method(stage), "continual", None):
+        return _continual(context, stage, staging)
+    return _fit(context, stage, source, staging)
+
+
+def _fit(
+    context: WorkflowContext, stage: Stage, source: Artefact | None, staging: Path
+) -> FitArtefact:
+    """A fit from the initialisation, or from another fit's mean (``from:``)."""
+    from bayesflow.engines.fit import fit as run_engine
+    from bayesflow.subset import restrict_problem
+
+    full_problem, _, tempering = context.problem(stage)
+    problem = full_problem
+    config = context.method(stage)
+    generator = context.generator(problem.device, stage.seed or 0)
+    if isinstance(source, FitArtefact):
+        params = starting_point(load_posterior(source.posterior)).to(problem.device)
+    else:
+        params = problem.init_params(generator)
+    embed = None
+    if config.parameters is not None:
+        where = f"methods.{stage.method}.parameters"
+        problem, embed = restrict_problem(full_problem, params, config.parameters, where)
+        params = embed.restrict(params)
+    engine = method_of(config).builder()(problem, tempering, config)
+    x_train, y_train = context.training_data(problem.device)
+    began = time.perf_counter()
+    traces: dict[str, list[float]] = {}
+    try:
+        result = run_engine(engine, params, x_train, y_train, generator,
+                            on_state=sampler_traces(tempering, config, problem.num_data, traces))
+    except DivergenceError as exc:
+        raise DivergenceError(f"{describe_cell(stage)} diverged: {exc}") from exc
+    seconds = time.perf_counter() - began
+    diagnostics = {}
+    if context.spec.evaluate.diagnostics:
+        from bayesflow.evaluate.sampler import sampler_diagnostics
+
+        chains = getattr(config, "chains", 1) if getattr(config, "keep", "all") == "all" else 1
+        diagnostics = sampler_diagnostics(
+            problem, tempering, result.state, result.posterior, chains, x_train, y_train
+        )
+    posterior = result.posterior if embed is None else embed(result.posterior)
+    path = staging / POSTERIOR_FILE
+    np.savez(path, **posterior.to_arrays(full_problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
+    return FitArtefact(
+        path, seconds, int(result.steps), [float(value) for value in result.history], traces,
+        diagnostics,
+    )
+
+
+def _continual(context: WorkflowContext, stage: Stage, staging: Path) -> FitArtefact:
+    """Fit a ``continual`` method episode by episode (:mod:`bayesflow.continual`)."""
+    from bayesflow.continual import fit_continual
+
+    problem, _, tempering = context.problem(stage)
+    data = context.dataset
+    if data.episode_train is None or data.episode_test is None:
+        raise StageError(f"{describe_cell(stage)}: `continual` needs data in episodes (data.episodes)")
+    device = problem.device
+    tensors = (*context.training_data(device), *context.test_data(device))
+    generator = context.generator(device, stage.seed or 0)
+    began = time.perf_counter()
+    posterior, traces, steps = fit_continual(
+        problem, context.method(stage), tempering, tensors,
+        (data.episode_train, data.episode_test), generator,
+    )
+    path = staging / POSTERIOR_FILE
+    np.savez(path, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
+    return FitArtefact(path, time.perf_counter() - began, steps, traces["seen_average_nll"], traces)
+
+
+def _rescaled_laplace(
+    context: WorkflowContext, stage: Stage, source: CurvatureArtefact, staging: Path
+) -> FitArtefact:
+    """A Laplace fit at one temperature from a shared curvature pass: no data pass."""
+    import torch
+
+    problem, _, tempering = context.problem(stage)
+    config = context.method(stage)
+    arrays = np.load(source.file)
+    engine = method_of(config).builder()(problem, tempering, config)
+    params = torch.as_tensor(arrays["params"], device=problem.device)
+    # The engine's own state type, with the shared pass's curvature in it.
+    state = engine.init(params, context.generator(problem.device, stage.seed or 0))._replace(
+        curvature=torch.as_tensor(arrays["curvature"], device=problem.device)
+    )
+    began = time.perf_counter()
+    posterior = engine.posterior(state)
+    path = staging / POSTERIOR_FILE
+    np.savez(path, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
+    return FitArtefact(
+        path, time.perf_counter() - began, 0, shared_curvature_seconds=source.fit_seconds
+    )
+
+
+def _group_cell(stage: Stage, group: FitGroupArtefact, staging: Path) -> FitArtefact:
+    """A vectorised cell's fit: its posterior and values, taken from its group's output."""
+    index = group.cells.index(stage.name)
+    path = staging / POSTERIOR_FILE
+    link_or_copy(group.posteriors[index], path)
+    values = group.fits[index]
+    return FitArtefact(
+        path, float(values["fit_seconds"]), int(values["steps"]), list(values.get("history", [])),
+        dict(values.get("traces", {})), dict(values.get("diagnostics", {})), vectorized=True,
+    )
+
+
+def load_posterior(path: Path, device: Any = "cpu") -> Any:
+    """The :class:`~bayesflow.engines.base.Posterior` in a ``posterior.npz``, on ``device``."""
+    from bayesflow.engines.base import Posterior
+
+    with np.load(path) as archive:
+        posterior = Posterior.from_arrays(dict(archive))
+    for name in ("samples", "mean", "var", "cov"):
+        value = getattr(posterior, name)
+        if value is not None:
+            setattr(posterior, name, value.to(device))
+    return posterior
+
+
+def starting_point(posterior: Any) -> Any:
+    """Where a method that starts ``from`` another begins: its mean (or sample mean)."""
+    if posterior.mean is not None:
+        return posterior.mean
+    return posterior.samples.mean(0)
+
+
+def sampler_traces(tempering: Any, config: Any, num_data: int, traces: dict[str, list[float]]) -> Any:
+    """An ``on_state`` callback recording, per epoch, for SG-MCMC fits: the kinetic
+    temperature of the momenta as a ratio to the 𝒯 = T/N they should have (1 is right;
+    unit mass), and the step size the schedule gave the epoch's last step."""
+    step_size = None
+    if hasattr(config, "schedule") and hasattr(config, "lr"):
+        from bayesflow.engines.optimize import steps_per_epoch
+        from bayesflow.engines.sgmcmc import build_step_size
+
+        total = config.epochs * steps_per_epoch(num_data, config.batch_size)
+        step_size = build_step_size(config.lr, config.schedule, total)
+
+    def record(epoch: int, state: Any) -> None:
+        momenta = getattr(state, "momenta", None)
+        if step_size is not None and hasattr(state, "step"):
+            traces.setdefault("step_size", []).append(float(step_size(max(state.step - 1, 0))[0]))
+        if momenta is None or tempering.per_datum <= 0:
+            return
+        ratio = float((momenta.detach() ** 2).mean()) / tempering.per_datum
+        traces.setdefault("kinetic_temperature_ratio", []).append(ratio)
+
+    return record

@@ -1,0 +1,240 @@
+"""The tracking hook: MLflow as a sink, written after each stage's artefact exists.
+
+One parent run per ``bayesflow run``; one child run per fit stage, created once the fit's
+artefact exists (or it failed), carrying the sweep coordinates as params (``method``,
+``engine``, ``temperature``, ``seed`` and the flattened method config, see
+:func:`fit_parameters`), the fit's metrics and histories, and ``posterior/posterior.npz``.
+The evaluate stage adds its metrics, conventions and ``evaluation/evaluation.npz`` to its
+fit's run; the prior predictive check and the report go to the parent.
+
+Reruns do not duplicate runs: a cached fit reuses the finished run of the same stage
+name and key (its ``bayesflow.stage`` and ``bayesflow.stage_key`` tags, found with one
+search) and moves it under the current parent, so the latest parent always holds the
+complete grid. Two methods with equal settings under different names share one cache
+entry but each keeps its own run. Nothing here is read back to compute a stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+from bayesflow.dag.cache import Entry
+from bayesflow.dag.plan import Plan, Stage
+from bayesflow.spec.load import LoadedSpec
+from bayesflow.stages.artefacts import (
+    EvaluationArtefact,
+    FitArtefact,
+    PriorPredictiveArtefact,
+    ReportArtefact,
+)
+from bayesflow.stages.context import describe_error
+from bayesflow.tracking.base import PARENT_TAG, STAGES_ARTIFACT, RunRecord
+
+__all__ = ["STAGES_ARTIFACT", "TrackingHook", "end_stale_runs", "fit_parameters"]
+
+# MLflow keeps tag values up to 5,000 characters (its MAX_TAG_VAL_LENGTH is 8,000; the
+# margin leaves room for multi-byte characters).
+TAG_LIMIT = 5000
+ERROR_LIMIT = 4000
+
+
+def fit_parameters(loaded: LoadedSpec, stage: Stage) -> dict[str, Any]:
+    """The MLflow params of a fit: the sweep coordinates plus the flattened method config."""
+    spec = loaded.spec
+    method = spec.methods[stage.method or ""]
+    params: dict[str, Any] = {
+        "method": stage.method,
+        "engine": stage.engine,
+        "temperature": 0.0 if stage.temperature is None else stage.temperature,
+        "temperature_shared": stage.temperature is None,
+        "seed": stage.seed,
+        "temperature_convention": spec.temperature_convention,
+        "model": spec.model.name,
+        "likelihood": spec.likelihood.name,
+        "prior": spec.prior.name,
+        "dataset": spec.data.name,
+    }
+    flat = _flatten(method.model_dump(mode="json", by_alias=True), "")
+    params.update({key: value for key, value in flat.items() if key != "engine"})
+    if spec.prior.name == "diag_normal":
+        params["prior_variance"] = spec.prior.variance
+    # Fitted as one cell of a vectorised grid (execution.vectorize, a fit_group stage).
+    params["vectorized"] = bool(stage.config.get("vectorized", False))
+    return params
+
+
+def _flatten(mapping: dict[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_tags() -> dict[str, str]:
+    """The tags that say which process of which host wrote a run (see :func:`end_stale_runs`)."""
+    return {"bayesflow.pid": str(os.getpid()), "bayesflow.host": socket.gethostname()}
+
+
+def end_stale_runs(tracker: Any, experiment: str) -> list[str]:
+    """Mark runs of ``experiment`` left RUNNING by a killed process as KILLED."""
+    ended = []
+    host = socket.gethostname()
+    for record in tracker.search_runs(experiment, status="RUNNING"):
+        tags = record.tags
+        if "bayesflow.pid" not in tags:
+            continue
+        same_host = tags.get("bayesflow.host") == host
+        if same_host and _process_alive(int(tags["bayesflow.pid"])):
+            continue
+        tracker.set_tags(record.run_id, {"bayesflow.ended_by": "a later run found it interrupted"})
+        tracker.end_run(record.run_id, "KILLED")
+        ended.append(record.run_id)
+    return ended
+
+
+class TrackingHook:
+    """Logs stages' artefacts to a tracker under one parent run, after they exist.
+
+    Attributes:
+        runs: fit stage name → its run id in this execution.
+        status: fit stage name → ``FINISHED`` or ``FAILED``.
+    """
+
+    def __init__(
+        self, tracker: Any, loaded: LoadedSpec, plan: Plan, parent_id: str, experiment: str
+    ) -> None:
+        self.tracker = tracker
+        self.loaded = loaded
+        self.plan = plan
+        self.parent_id = parent_id
+        self.experiment = experiment
+        self.runs: dict[str, str] = {}
+        self.status: dict[str, str] = {}
+        self.reused: dict[str, RunRecord] = {}  # fit stage name -> the earlier run it reuses
+        self._finished: dict[tuple[str, str], RunRecord] | None = None
+
+    def _tags(self, stage: Stage) -> dict[str, str]:
+        return {
+            "bayesflow.workflow": self.plan.workflow,
+            "bayesflow.stage": stage.name,
+            "bayesflow.stage_key": stage.key,
+            "bayesflow.role": "fit",
+            **process_tags(),
+        }
+
+    def _start(self, stage: Stage, tags: dict[str, str] | None = None) -> str:
+        return str(self.tracker.start_run(
+            self.experiment, stage.name.removeprefix("fit/").replace("/", " "),
+            parent_id=self.parent_id, params=fit_parameters(self.loaded, stage),
+            tags={**self._tags(stage), **(tags or {})},
+        ))
+
+    # -------------------------------------------------------------- hook methods
+
+    def before_stage(self, stage: Stage) -> None:
+        """Nothing is written before a stage's artefact exists."""
+
+    def after_stage(self, stage: Stage, entry: Entry, cached: bool) -> None:
+        """Log the artefact of a finished (or reused) stage."""
+        if stage.kind == "fit":
+            self._log_fit(stage, FitArtefact.from_entry(entry), cached)
+        elif stage.kind == "evaluate":
+            self._log_evaluation(stage, EvaluationArtefact.from_entry(entry))
+        elif stage.kind == "prior_predictive":
+            check = PriorPredictiveArtefact.from_entry(entry)
+            self.tracker.log_batch(self.parent_id, metrics=check.metrics)
+            self.tracker.log_artifact(self.parent_id, check.file, "prior_predictive")
+        elif stage.kind == "report":
+            rendered = ReportArtefact.from_entry(entry)
+            for path in (rendered.notebook, rendered.html):
+                self.tracker.log_artifact(self.parent_id, path, "report")
+
+    def on_failure(self, stage: Stage, error: BaseException, detail: str) -> None:
+        """A failed fit gets a FAILED run with its error; a failed evaluation tags its fit's run."""
+        message = describe_error(error)[:ERROR_LIMIT]
+        if stage.kind == "fit":
+            run_id = self._start(stage, {"bayesflow.error": message})
+            self.tracker.log_text(run_id, detail, "error.txt")
+            self.tracker.end_run(run_id, "FAILED")
+            self.runs[stage.name] = run_id
+            self.status[stage.name] = "FAILED"
+        elif stage.kind == "evaluate":
+            fit_run = self.runs.get(stage.name.replace("evaluate/", "fit/", 1))
+            if fit_run is not None:
+                self.tracker.set_tags(fit_run, {"bayesflow.evaluate_error": message})
+
+    def on_interrupt(self, stage: Stage | None) -> None:
+        """Every run this hook starts is ended before it returns: nothing is left open."""
+
+    # ------------------------------------------------------------------ helpers
+
+    def _log_fit(self, stage: Stage, fit: FitArtefact, cached: bool) -> None:
+        earlier = self._earlier_run(stage) if cached else None
+        if earlier is not None:
+            if earlier.parent_id != self.parent_id:
+                self.tracker.set_tags(earlier.run_id, {PARENT_TAG: self.parent_id, "bayesflow.reused": "true"})
+            self.reused[stage.name] = earlier
+            run_id = earlier.run_id
+        else:
+            run_id = self._start(stage)
+            self.tracker.log_batch(run_id, metrics=fit.metrics(), histories=fit.series())
+            self.tracker.log_artifact(run_id, fit.posterior, "posterior")
+            self.tracker.end_run(run_id, "FINISHED")
+        self.runs[stage.name] = run_id
+        self.status[stage.name] = "FINISHED"
+
+    def _earlier_run(self, stage: Stage) -> RunRecord | None:
+        """The latest finished run of this stage name and key, from one search of the
+        workflow's finished fit runs (done at the first cached fit)."""
+        if self._finished is None:
+            found = self.tracker.search_runs(
+                self.experiment, tags={"bayesflow.role": "fit", "bayesflow.workflow": self.plan.workflow},
+                status="FINISHED",
+            )
+            # Oldest first: a later run of the same stage and key replaces an earlier one.
+            self._finished = {
+                (record.tags.get("bayesflow.stage", ""), record.tags.get("bayesflow.stage_key", "")): record
+                for record in found
+            }
+        return self._finished.get((stage.name, stage.key))
+
+    def _log_evaluation(self, stage: Stage, evaluation: EvaluationArtefact) -> None:
+        fit_name = stage.name.replace("evaluate/", "fit/", 1)
+        run_id = self.runs.get(fit_name)
+        if run_id is None:
+            return
+        earlier = self.reused.get(fit_name)
+        if earlier is not None and earlier.tags.get("bayesflow.evaluation_key") == stage.key:
+            return  # the reused run already holds this evaluation
+        tags = {f"convention.{key}": str(value)[:TAG_LIMIT] for key, value in evaluation.conventions.items()}
+        tags["bayesflow.evaluation_key"] = stage.key
+        self.tracker.log_batch(run_id, metrics=evaluation.metrics, tags=tags)
+        if evaluation.file is not None:
+            self.tracker.log_artifact(run_id, evaluation.file, "evaluation")
+
+    def publish_stages(self) -> None:
+        """Log which run holds each fit of this plan to the parent (``bayesflow/stages.json``,
+        read by :func:`bayesflow.results`)."""
+        payload = {
+            name: {"run_id": self.runs.get(name), "status": self.status.get(name, "SKIPPED"),
+                   "key": stage.key}
+            for name, stage in self.plan.stages.items() if stage.kind == "fit"
+        }
+        self.tracker.log_text(self.parent_id, json.dumps(payload, indent=1), STAGES_ARTIFACT)
