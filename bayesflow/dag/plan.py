@@ -308,11 +308,12 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
     ]
     results = tuple(str(name) for cell in cells for name in (cell["cell"], cell["evaluation"]))
     keys = {name: stages[name].key for name in results}
+    figure_code = source_digest()
     plot_names = []
     for plot in spec.plots:
         name = f"plot/{plot}"
-        payload = {"plot": plot, "code": source_digest(), "cells": cells, "inputs": keys,
-                   "versions": _versions()}
+        payload = {"plot": plot, "code": figure_code, "cells": cells, "inputs": keys,
+                   "versions": base["versions"]}
         stages[name] = Stage(name, "plot", results, _hash(payload), config=payload, optional_inputs=True)
         plot_names.append(name)
     extra: tuple[str, ...] = ()
@@ -330,7 +331,7 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
             "code": source_digest(spec.report.template),
             "spec": _hash(spec.model_dump(mode="json")),  # the report shows the whole spec
             "cells": cells, "inputs": {name: stages[name].key for name in inputs},
-            "versions": _versions(),
+            "versions": base["versions"],
         }
         stages["report"] = Stage(
             "report", "report", inputs, _hash(payload), config=payload, optional_inputs=True
