@@ -15,7 +15,10 @@ order from the fit's generator, before the epoch's first update:
   batches are ``order[k, s : s + B]``, handed to ``update`` together as one
   :class:`~bayesflow.engines.base.ChainBatch` (K, B, ...) so the K chains stay one
   vectorised program. Chain k sees every training point once per epoch, in its own order.
-  The orders take K·N·12 bytes per epoch (K = 10,000 chains on N = 768: 92 MB).
+  The orders take K·N·12 bytes per epoch (K = 10,000 chains on N = 768: 92 MB), and the
+  sort costs O(K·N log N): at K = 10,000 on Pima 0.4 s per epoch on one CPU thread
+  (measured), more than the epoch's 24 steps at batch 32 take; on a GPU it is one sort.
+  A loop of K ``randperm`` calls measured 0.13 s there, but one launch per chain on a GPU.
 
 Full batch (``batch_size`` null, or at least N) draws nothing and every chain sees all
 the data. docs/design.md ("Seeds and streams") states the whole order of the draws.
@@ -87,9 +90,18 @@ def minibatches(
         return
     keys = torch.rand((streams, count), generator=generator, device=generator.device)
     orders = keys.argsort(dim=1, stable=True).to(inputs.device)
+    inputs, targets = inputs.contiguous(), targets.contiguous()  # for a fast index_select
     for start in range(0, count, batch_size):
         index = orders[:, start : start + batch_size]
-        yield ChainBatch(inputs[index], targets[index])
+        yield ChainBatch(rows(inputs, index), rows(targets, index))
+
+
+def rows(values: Tensor, index: Tensor) -> Tensor:
+    """``values[index]`` for a (K, B) index: (K, B, ...), by one ``index_select`` on
+    contiguous ``values`` (measured at K = 10,000, B = 32 on Pima: 40 against 155 ms per
+    epoch for the inputs by advanced indexing, 15 against 70 ms for the targets)."""
+    picked = values.index_select(0, index.reshape(-1))
+    return picked.view(*index.shape, *values.shape[1:])
 
 
 def fit(
