@@ -1,8 +1,12 @@
-"""Reports: seaborn figures over a results frame, and notebook rendering.
+"""Reports: seaborn figures over a results frame, the report bundle, notebook rendering.
 
-``render`` turns a jupytext template into an executed notebook and one self-contained
-HTML file (papermill + nbconvert); ``figures`` draws the plots a template shows.
-The figure functions are imported lazily, so rendering does not pay for seaborn.
+``bundle`` is a report's data as one folder (the results table, histories and arrays per
+cell), written by the report stage from the run's artefacts or by ``bayesflow report``
+from the store, and read by every template with ``bundle.open(path)``; ``render`` turns
+a jupytext template into an executed notebook and one self-contained HTML file
+(papermill + nbconvert); ``figures``, ``experiments``, ``sections`` and ``compare`` draw
+and write what templates show. The figure functions are imported lazily, so rendering
+does not pay for seaborn. Nothing here reads the tracking store.
 """
 
 from __future__ import annotations
