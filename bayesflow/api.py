@@ -1,7 +1,7 @@
 """The Python API: everything the command line does, for people who live in notebooks.
 
     import bayesflow
-    loaded = bayesflow.load("workflows/cold_posterior.yaml", ["seeds=[0]"])
+    loaded = bayesflow.load("cold_posterior", ["seeds=[0]"])
     outcome = bayesflow.run(loaded)
     frame = bayesflow.results(outcome.run_id, tracking_uri=outcome.tracking_uri)
 

@@ -151,7 +151,7 @@ def digits(device: str = "cpu", hidden: int = 64, prior_variance: float = 0.5) -
     """The default workflow's MLP (one hidden layer of 64 ReLU units) on sklearn digits.
 
     The training half of the digits (898 images, the workflow's split) and its prior
-    variance 0.5 (workflows/cold_posterior.yaml says why).
+    variance 0.5 (the bundled cold_posterior.yaml says why).
     """
     from bayesflow.data import load_dataset
     from bayesflow.models import build_model

@@ -1,6 +1,6 @@
 """Case 3: the default workflow end to end, and the shares of tracking and the report.
 
-``bayesflow.api.run`` on ``workflows/cold_posterior.yaml`` in a temporary working
+``bayesflow.api.run`` on the bundled ``cold_posterior`` workflow in a temporary working
 directory (its own MLflow store, cache and reports), with two instruments:
 
 - :class:`TimingTracker` wraps the :class:`~bayesflow.tracking.MlflowTracker` and adds up
@@ -37,7 +37,7 @@ from benchmarks.timing import Settings, load_average
 
 __all__ = ["QUICK_OVERRIDES", "StageTimer", "TimingTracker", "run"]
 
-WORKFLOW = Path(__file__).resolve().parents[1] / "workflows" / "cold_posterior.yaml"
+WORKFLOW = Path(__file__).resolve().parents[1] / "bayesflow" / "workflows" / "cold_posterior.yaml"
 # Stage kinds that compute (the rest, plot and report, render).
 COMPUTE_KINDS = ("fit", "fit_group", "curvature", "evaluate", "prior_predictive")
 QUICK_OVERRIDES = [

@@ -38,7 +38,10 @@ output = Console(soft_wrap=True)
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 DEBUG = {"on": False}
 
-SPEC_ARGUMENT = typer.Argument(..., help="The workflow YAML file.", show_default=False, metavar="SPEC")
+SPEC_ARGUMENT = typer.Argument(
+    ..., help="The workflow YAML file, or the name of a bundled workflow (`bayesflow workflows`).",
+    show_default=False, metavar="SPEC",
+)
 OVERRIDES_ARGUMENT = typer.Argument(
     None,
     metavar="KEY=VALUE",

@@ -108,6 +108,20 @@ for _kind, _singular in (
 
 @app.command(rich_help_panel=REGISTRIES)
 @guarded
+def workflows() -> None:
+    """The workflows shipped with bayesflow, run by name (`bayesflow run cold_posterior`)."""
+    from bayesflow.spec.bundled import bundled_workflows, describe
+
+    table = Table(title="bundled workflows (bayesflow run NAME)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("studies")
+    for name, path in bundled_workflows().items():
+        table.add_row(name, describe(path))
+    print_table(table)
+
+
+@app.command(rich_help_panel=REGISTRIES)
+@guarded
 def plots() -> None:
     """The plots a spec can list under `plots:`."""
     from bayesflow.spec.catalog import plot_entries

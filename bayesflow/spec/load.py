@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 
 from bayesflow.errors import SpecError
+from bayesflow.spec.bundled import resolve_spec_path
 from bayesflow.spec.checks import check_data
 from bayesflow.spec.errors import format_cross_problems, format_validation_error, nearest_location
 from bayesflow.spec.interpolation import create_config, resolve_config
@@ -31,7 +32,7 @@ from bayesflow.spec.relations import cross_check
 
 __all__ = ["MAX_SPEC_BYTES", "LoadedSpec", "load_spec"]
 
-# A hand-written spec is a few kilobytes (workflows/cold_posterior.yaml: 3 KB). Refusing
+# A hand-written spec is a few kilobytes (the bundled cold_posterior.yaml: 3 KB). Refusing
 # anything past 256 KiB keeps a data file passed by mistake from being parsed at all
 # (PyYAML's pure-Python parser reads about 1 MB/s).
 MAX_SPEC_BYTES = 256 * 1024
@@ -237,13 +238,33 @@ def _check_template(spec: WorkflowSpec) -> list[tuple[tuple[str, ...], str]]:
     return []
 
 
+# Keys holding a file or folder path. Written in a spec file they are relative to that
+# file; given on the command line they are relative to the working directory, as a user
+# typing `data.path=../data` next to a bundled workflow expects.
+PATH_KEYS = (("data", "path"),)
+
+
+def _anchor_override_paths(config: Any, locations: dict[tuple[str, ...], Location]) -> None:
+    """Make relative paths that came from an override absolute (from the working directory)."""
+    from omegaconf import OmegaConf
+
+    for key in PATH_KEYS:
+        where = locations.get(key)
+        value = OmegaConf.select(config, ".".join(key), default=None)
+        if where is None or where.line is not None or not isinstance(value, str):
+            continue
+        if value and not value.startswith("package:") and not Path(value).is_absolute() and "${" not in value:
+            OmegaConf.update(config, ".".join(key), str(Path.cwd() / value), merge=False)
+
+
 def load_spec(
     source: str | Path | dict[str, Any], overrides: list[str] | None = None
 ) -> LoadedSpec:
     """Load, override, resolve and validate a workflow spec.
 
     Args:
-        source: a YAML file path, or an already parsed mapping.
+        source: a YAML file path, the name of a bundled workflow (``cold_posterior``), or
+            an already parsed mapping.
         overrides: Hydra-style ``key=value`` / ``+key=value`` strings.
 
     Raises:
@@ -253,10 +274,11 @@ def load_spec(
     if isinstance(source, dict):
         path, located, name = None, Located(copy.deepcopy(source)), "<spec>"
     else:
-        path = Path(source)
+        path = resolve_spec_path(source)
         located, name = _parse_file(path), str(path)
     config = create_config(located.data, located.locations, name)
     apply_overrides(config, overrides, located.locations, name)
+    _anchor_override_paths(config, located.locations)
     resolved = resolve_config(config, located.locations, name)
     problems: list[str] = []
     spec: WorkflowSpec | None = None

@@ -1,4 +1,4 @@
-"""workflows/cold_posterior_imdb.yaml: it validates, scales up as described, and runs."""
+"""The bundled cold_posterior_imdb workflow: it validates, scales up as described, and runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from bayesflow.errors import SpecError
 from bayesflow.tracking import InMemoryTracker
 from tests.conftest import write
 
-WORKFLOW = Path(__file__).parents[2] / "workflows" / "cold_posterior_imdb.yaml"
+WORKFLOW = Path(__file__).parents[2] / "bayesflow" / "workflows" / "cold_posterior_imdb.yaml"
 
 # The overrides the workflow's description gives for the paper's scale on a GPU.
 PAPER_SCALE = [
