@@ -1,4 +1,4 @@
-"""The hand-written floor: K SGHMC chains of Bayesian logistic regression in plain torch.
+"""The hand-written floor: K SGHMC chains in plain torch, for Pima and for the digits MLP.
 
 What a performance-minded user would write for the Pima problem with no library at all,
 and so the floor bayesflow is measured against (issue 16: within 1.3× of it):
@@ -15,7 +15,10 @@ and so the floor bayesflow is measured against (issue 16: within 1.3× of it):
   with 𝒯 = T / N, the noise drawn into one preallocated buffer.
 
 :func:`check_gradient` compares its gradients with bayesflow's before anything is timed,
-so the floor computes the same thing.
+so the floor computes the same thing. :class:`FloorMLP` is the same floor for the digits
+MLP (one hidden ReLU layer, a categorical likelihood), written with ``baddbmm`` on views
+of the (K, d) tensor: the reference for what ten chains can cost against one on that
+model (the vectorised grid's target).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from torch.nn import functional
 from bayesflow.engines.base import Batch, ChainBatch
 from benchmarks.problems import Setup
 
-__all__ = ["FloorSGHMC", "check_gradient"]
+__all__ = ["FloorMLP", "FloorSGHMC", "check_gradient"]
 
 
 class FloorSGHMC:
@@ -57,20 +60,27 @@ class FloorSGHMC:
         temperature: float = 1.0,
         seed: int = 0,
     ) -> None:
-        self.features = int(setup.inputs.shape[1])
-        if params.shape[1] != self.features + 1:
-            raise ValueError(
-                f"the floor is logistic regression (d = {self.features + 1}), got d = "
-                f"{params.shape[1]}"
-            )
+        self._check(setup, params)
         self.params, self.momenta = params.detach().clone(), momenta.detach().clone()
-        self.batches = [_float_targets(batch) for batch in batches]
+        self.batches = [self.prepare(batch) for batch in batches]
         self.position = 0
         self.lr, self.alpha = lr, alpha
         self.prior_scale = 0.5 / (setup.prior_variance * setup.num_data)
         self.noise_scale = math.sqrt(2 * lr * alpha * temperature / setup.num_data)
         self.noise = torch.empty_like(self.params)
         self.generator = torch.Generator(device=self.params.device).manual_seed(seed)
+
+    def prepare(self, batch: Batch) -> Any:
+        """The batch with float targets, made once (the bernoulli log likelihood's form)."""
+        return _float_targets(batch)
+
+    def _check(self, setup: Setup, params: Tensor) -> None:
+        self.features = int(setup.inputs.shape[1])
+        if params.shape[1] != self.features + 1:
+            raise ValueError(
+                f"the floor is logistic regression (d = {self.features + 1}), got d = "
+                f"{params.shape[1]}"
+            )
 
     def log_posterior(self, params: Tensor, batch: Batch) -> Tensor:
         """Σ_k f_k(θ_k): every chain's per-datum log posterior, summed (prior constant left out)."""
@@ -104,6 +114,55 @@ class FloorSGHMC:
                 self.momenta.add_(self.noise, alpha=self.noise_scale)
 
 
+class FloorMLP(FloorSGHMC):
+    """:class:`FloorSGHMC` for a one-hidden-layer ReLU MLP with a categorical likelihood
+    (the layout of ``Sequential(Linear, ReLU, Linear)``: weights then biases, per layer).
+    A plain batch is every chain's; a ``ChainBatch`` gives each chain its own."""
+
+    def __init__(
+        self, setup: Setup, params: Tensor, momenta: Tensor, batches: list[Batch], **hyper: Any
+    ) -> None:
+        shapes = setup.problem.param_shapes
+        if len(shapes) != 4 or setup.likelihood.name != "categorical":
+            raise ValueError(f"the MLP floor needs Linear, ReLU, Linear; got shapes {shapes}")
+        (self.hidden, self.features), (self.classes, _) = shapes[0], shapes[2]
+        self.sizes = [math.prod(shape) for shape in shapes]
+        super().__init__(setup, params, momenta, batches, **hyper)
+
+    def _check(self, setup: Setup, params: Tensor) -> None:
+        """No check of d against the features (the MLP has its own layout)."""
+
+    def prepare(self, batch: Batch) -> Any:
+        """Batches as they are (the categorical likelihood takes integer targets)."""
+        return batch
+
+    def log_posterior(self, params: Tensor, batch: Batch) -> Tensor:
+        """Σ_k f_k(θ_k) of the MLP (prior constant left out)."""
+        inputs, targets = batch
+        count = params.shape[0]
+        if not isinstance(batch, ChainBatch):
+            inputs, targets = inputs.expand(count, *inputs.shape), targets.expand(count, -1)
+        first, first_bias, second, second_bias = params.split(self.sizes, dim=1)
+        hidden = torch.baddbmm(
+            first_bias.unsqueeze(1),
+            inputs,
+            first.view(count, self.hidden, self.features).transpose(1, 2),
+        ).relu()
+        outputs = torch.baddbmm(
+            second_bias.unsqueeze(1),
+            hidden,
+            second.view(count, self.classes, self.hidden).transpose(1, 2),
+        )
+        batch_size = outputs.shape[1]
+        log_likelihood = (
+            -functional.cross_entropy(
+                outputs.reshape(-1, self.classes), targets.reshape(-1), reduction="sum"
+            )
+            / batch_size
+        )
+        return log_likelihood - self.prior_scale * params.square().sum()
+
+
 def _float_targets(batch: Batch) -> Any:
     """The batch with float targets, made once (the bernoulli log likelihood's form)."""
     inputs, targets = batch
@@ -121,7 +180,7 @@ def check_gradient(floor: FloorSGHMC, setup: Setup, params: Tensor, batch: Batch
     from bayesflow.engines.gradient import chain_gradient
 
     ours, _ = chain_gradient(setup.problem, 1.0)(params, batch)
-    theirs = floor.gradient(params, _float_targets(batch))
+    theirs = floor.gradient(params, floor.prepare(batch))
     difference = float((ours - theirs).abs().max())
     if not torch.allclose(ours, theirs, rtol=1e-4, atol=1e-6):
         raise AssertionError(

@@ -9,7 +9,10 @@ each; the ratio is the median of the paired repeats.
 
 - **SGHMC grid**: five temperatures × two seeds as ten chains of ONE engine call
   (``execution.vectorize: true``) against one chain, on the digits MLP with the default
-  workflow's parallel SGHMC settings (150 epochs of batch 128 in ``full`` mode).
+  workflow's parallel SGHMC settings (150 epochs of batch 128 in ``full`` mode). Beside
+  it, per step and interleaved: the grid's engine (ten chains, one temperature each)
+  against one chain, and the hand-written floor (:class:`benchmarks.floor.FloorMLP`)
+  with ten chains against one: what ten chains cost on this model at the floor.
 - **Laplace grid**: ``map`` and ``laplace_diag_ggn`` (from map) at five temperatures
   against one: the planner shares one MAP fit and one curvature pass.
 - **Paper's parallel SGHMC** (Duffield et al., 2025, Table 3): 10,000 chains × 2,000 steps
@@ -31,9 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.digits import BATCH_SIZE
-from benchmarks.peers import HYPER, bayesflow_engine
-from benchmarks.problems import pima
-from benchmarks.timing import Settings, Timing, load_average, time_once
+from benchmarks.peers import HYPER, Stepper, bayesflow_engine, bayesflow_state
+from benchmarks.problems import digits, pima
+from benchmarks.timing import (
+    Settings,
+    Timing,
+    compare,
+    load_average,
+    paired_ratio,
+    repeat,
+    time_once,
+)
 
 __all__ = ["GRID_TEMPERATURES", "laplace_grid", "paper_parallel_sghmc", "run", "sghmc_grid"]
 
@@ -160,9 +171,59 @@ def sghmc_grid(settings: Settings) -> dict[str, Any]:
     grid = grid_spec({"sghmc": method}, GRID_TEMPERATURES, [0, 1], settings, {"vectorize": True})
     result = summarise(repeated_pair(one, grid, settings), ("fit_group", "fit"))
     result.update(cells=10, epochs=epochs, load_average=[load, load_average()])
+    result["per_step"] = grid_steps(settings)
     # The target is judged on every stage the grid costs (fit_group + fit + evaluate).
     result["ratio"] = result["total_ratio"]["median"]
     return result
+
+
+def grid_steps(settings: Settings) -> dict[str, Any]:
+    """Seconds per step: the grid's engine (10 chains, each its own T and minibatch
+    order) and the 10-chain floor, each against its one chain, interleaved."""
+    import torch
+
+    from bayesflow.methods import METHODS
+    from bayesflow.temperature import ChainTempering
+    from benchmarks.chains import chain_batches
+    from benchmarks.floor import FloorMLP, check_gradient
+
+    setup = digits(settings.device)
+    temperatures = tuple(GRID_TEMPERATURES) * 2
+    method = METHODS.get("sghmc")
+    config = method.spec.model_validate(
+        {
+            "engine": "sghmc",
+            "lr": HYPER["sghmc"]["lr"],
+            "alpha": HYPER["sghmc"]["alpha"],
+            "batch_size": BATCH_SIZE,
+            "keep": "last",
+        }
+    )
+    tempering = ChainTempering(temperatures, setup.num_data, "posterior")
+    grid = method.builder()(setup.problem, tempering, config)
+    starts = torch.stack(
+        [setup.problem.init_params(torch.Generator().manual_seed(k)) for k in range(10)]
+    ).to(setup.problem.device)
+    grid_state = grid.init(starts, torch.Generator(device=setup.problem.device).manual_seed(0))
+    one = bayesflow_engine(setup, "sghmc", batch_size=BATCH_SIZE)
+    one_state = bayesflow_state(one, setup)
+    steppers: dict[str, Any] = {
+        "bayesflow_one": Stepper(one.update, one_state, chain_batches(setup, BATCH_SIZE, 1)),
+        "bayesflow_grid": Stepper(
+            grid.update, grid_state, chain_batches(setup, BATCH_SIZE, grid.streams)
+        ),
+    }
+    hyper = {"lr": HYPER["sghmc"]["lr"], "alpha": HYPER["sghmc"]["alpha"]}
+    for name, state, streams in (("floor_one", one_state, 1), ("floor_ten", grid_state, 10)):
+        batches = chain_batches(setup, BATCH_SIZE, streams)
+        steppers[name] = FloorMLP(setup, state.params, state.momenta, batches, **hyper)
+        check_gradient(steppers[name], setup, state.params, batches[0])
+    timings = compare(steppers, settings)
+    return {
+        "timings": {name: timing.as_dict() for name, timing in timings.items()},
+        "bayesflow_ratio": paired_ratio(timings["bayesflow_grid"], timings["bayesflow_one"]),
+        "floor_ratio": paired_ratio(timings["floor_ten"], timings["floor_one"]),
+    }
 
 
 def laplace_grid(settings: Settings) -> dict[str, Any]:
@@ -192,7 +253,7 @@ def paper_parallel_sghmc(settings: Settings) -> dict[str, Any]:
     """10,000 SGHMC chains × 2,000 steps at batch size 32 on Pima, wall time of ``fit``."""
     import torch
 
-    from bayesflow.engines.fit import fit
+    from bayesflow.engines.fit import fit, minibatches
 
     chains = 10 if settings.smoke else PAPER_CHAINS
     epochs = {"full": math.ceil(PAPER_STEPS * 32 / 768), "quick": 9, "smoke": 1}[settings.mode]
@@ -218,6 +279,14 @@ def paper_parallel_sghmc(settings: Settings) -> dict[str, Any]:
     )
     steps = holder["result"].steps
     seconds_per_step = (walls.median - init.median) / steps
+    streams = bayesflow_engine(setup, "sghmc", batch_size=32, chains=chains).streams
+
+    def one_epoch_of_batches() -> None:
+        for _ in minibatches(setup.inputs, setup.targets, 32, generator, streams):
+            pass
+
+    # The share of the minibatch stream (K orders per epoch and each step's gather).
+    stream = repeat(one_epoch_of_batches, settings, repeats=3)
     extrapolated = chains != PAPER_CHAINS or steps < PAPER_STEPS
     return {
         "chains": chains,
@@ -228,6 +297,8 @@ def paper_parallel_sghmc(settings: Settings) -> dict[str, Any]:
         "wall": walls.as_dict(),
         "wall_s": walls.median,
         "seconds_per_step": seconds_per_step,
+        "minibatch_stream_s_per_epoch": stream.median,
+        "minibatch_stream_s": stream.median * epochs,
         # Measured when the fit ran the paper's steps (or more); else its steps scaled.
         "paper_wall_s": (
             None

@@ -132,7 +132,13 @@ def _grid_targets(out: _Targets, grids: dict[str, Any]) -> None:
         sghmc["ratio"] <= 2,
         f"fit_group + fit stages only: {sghmc['fit_ratio']['median']:.2f}; "
         f"{sghmc['grid_total_s']:.2f} s against {sghmc['one_total_s']:.2f} s, "
-        f"{sghmc['epochs']} epochs",
+        f"{sghmc['epochs']} epochs"
+        + (
+            f"; per step {sghmc['per_step']['bayesflow_ratio']['median']:.2f}, the "
+            f"hand-written floor's 10 chains / 1: {sghmc['per_step']['floor_ratio']['median']:.2f}"
+            if "per_step" in sghmc
+            else ""
+        ),
     )
     paper = grids["paper_parallel_sghmc"]
     if paper["paper_wall_s"] is not None:

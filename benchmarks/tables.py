@@ -232,6 +232,19 @@ def grids_section(grids: dict[str, Any]) -> list[str]:
                 ]
             )
     lines += table(["run", *kinds, "all stages", "ratio", "load"], rows)
+    steps = sghmc.get("per_step")
+    if steps:
+        timing = steps["timings"]
+        lines += [
+            "",
+            (
+                "The SGHMC grid per step (digits MLP, batch 128, interleaved): the grid's "
+                f"engine {_ms(timing['bayesflow_grid'])} ms against one chain's "
+                f"{_ms(timing['bayesflow_one'])} ms, ratio {_ratio(steps['bayesflow_ratio'])}; "
+                f"the hand-written floor, ten chains {_ms(timing['floor_ten'])} ms against "
+                f"one {_ms(timing['floor_one'])} ms, ratio {_ratio(steps['floor_ratio'])}."
+            ),
+        ]
     how = "extrapolated linearly in steps from" if paper["extrapolated"] else "measured:"
     estimate = "n/a" if paper["paper_wall_s"] is None else f"{paper['paper_wall_s']:.1f} s"
     lines += [
@@ -243,7 +256,10 @@ def grids_section(grids: dict[str, Any]) -> list[str]:
             f"{paper['wall_s']:.2f} s median of {paper['wall']['repeats']} "
             f"(range {paper['wall']['min_s']:.1f}–{paper['wall']['max_s']:.1f} s), of which "
             f"{paper['init_s']:.2f} s starting the chains; "
-            f"{paper['seconds_per_step'] * 1e3:.2f} ms per step; load {_load(paper)})."
+            f"{paper['seconds_per_step'] * 1e3:.2f} ms per step; load {_load(paper)}). "
+            f"Of the wall, the minibatch stream (each epoch's {paper['chains']:,} orders "
+            "and each step's gather of the chains' batches, timed alone) takes about "
+            f"{paper['minibatch_stream_s']:.1f} s."
         ),
     ]
     return lines

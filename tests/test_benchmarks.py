@@ -83,6 +83,7 @@ def test_smoke_digits_grids_and_workflow_are_positive(smoke: tuple[dict[str, Any
     sghmc = grids["sghmc_grid"]
     assert positive(sghmc["ratio"])
     assert {"fit_group", "fit", "evaluate"} <= set(sghmc["grid_stage_s"])
+    assert positive(sghmc["per_step"]["floor_ratio"]["median"])
     assert positive(grids["paper_parallel_sghmc"]["wall_s"])
     workflow = results["workflow"]
     assert positive(workflow["wall_s"]) and positive(workflow["compute_s"])
