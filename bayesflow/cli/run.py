@@ -68,6 +68,14 @@ class ProgressHook:
         self.progress.stop()
 
 
+def _ui_command(uri: str) -> str:
+    """``bayesflow ui``, naming the store when it is not the one ``ui`` opens by default."""
+    from bayesflow.tracking.mlflow_tracker import resolve_tracking_uri
+
+    default = resolve_tracking_uri(None, Path.cwd())
+    return "bayesflow ui" if uri == default else f"bayesflow ui --tracking-uri {uri}"
+
+
 def _summary(result: Any) -> None:
     from bayesflow.api import results
 
@@ -93,10 +101,11 @@ def _summary(result: Any) -> None:
         f"{statuses.count('failed')} failed, {statuses.count('skipped')} skipped "
         f"in {result.seconds:.1f} s"
     )
-    for name in outcome.failed:
-        output.print(f"  failed: {name}: {outcome.errors[name].splitlines()[0]}", markup=False, highlight=False)
+    for name in outcome.failed:  # the whole error: its first line alone may not say the fix
+        text = outcome.errors[name].rstrip().replace("\n", "\n      ")
+        output.print(f"  failed: {name}: {text}", markup=False, highlight=False)
     output.print(f"MLflow store: {result.tracking_uri}  (experiment {result.experiment!r}, run {result.run_id})")
-    output.print("  browse it with: bayesflow ui")
+    output.print(f"  browse it with: {_ui_command(result.tracking_uri)}", markup=False, highlight=False)
     if result.report_html is not None:
         output.print(f"report: {result.report_html}")
 
@@ -118,7 +127,7 @@ def run(
     ),
 ) -> None:
     """Fit every method × temperature × seed, evaluate, plot and report."""
-    from bayesflow.api import plan as plan_of
+    from bayesflow.api import prepare
     from bayesflow.api import run as run_workflow
     from bayesflow.api import tracking_uri_of
     from bayesflow.dag.cache import Cache
@@ -128,11 +137,11 @@ def run(
         with Cache(loaded.spec.execution.cache_dir).lock(wait=wait != 0, timeout=wait):
             uri = tracking_uri_of(loaded)
             console.print(f"MLflow tracking URI: {uri}", highlight=False)
-            total = len(plan_of(loaded).stages)
-            progress = ProgressHook(total)
+            prepared = prepare(loaded)  # the data are loaded and the plan is made once
+            progress = ProgressHook(len(prepared.plan.stages))
             with progress.progress:
                 result = run_workflow(
-                    loaded, force=force or False, keep_going=keep_going, hooks=[progress]
+                    prepared, force=force or False, keep_going=keep_going, hooks=[progress]
                 )
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: finished stages are cached; rerun the same command to resume")
