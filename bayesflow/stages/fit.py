@@ -202,7 +202,10 @@ def sampler_traces(tempering: Any, config: Any, num_data: int, traces: dict[str,
             traces.setdefault("step_size", []).append(float(step_size(max(state.step - 1, 0))[0]))
         if momenta is None or tempering.per_datum <= 0:
             return
-        ratio = float((momenta.detach() ** 2).mean()) / tempering.per_datum
+        # Under a mass matrix M the momenta are N(0, 𝒯 M): measure m²/M (M = 1 without one).
+        mass = getattr(state, "mass", None)
+        squared = momenta.detach() ** 2 if mass is None else momenta.detach() ** 2 / mass
+        ratio = float(squared.mean()) / tempering.per_datum
         traces.setdefault("kinetic_temperature_ratio", []).append(ratio)
 
     return record

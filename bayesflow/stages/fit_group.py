@@ -117,9 +117,10 @@ def _cell_diagnostics(
     from bayesflow.evaluate.sampler import sampler_diagnostics
     from bayesflow.temperature import Tempering
 
-    momenta = getattr(state, "momenta", None)
+    momenta, mass = getattr(state, "momenta", None), getattr(state, "mass", None)
     cell_state = SimpleNamespace(
-        params=state.params[rows], momenta=None if momenta is None else momenta[rows]
+        params=state.params[rows], momenta=None if momenta is None else momenta[rows],
+        mass=None if mass is None else mass[rows],  # a sampler with a mass matrix M
     )
     tempering = Tempering(temperature, problem.num_data, context.spec.temperature_convention)
     return sampler_diagnostics(problem, tempering, cell_state, posterior, chains, *data)

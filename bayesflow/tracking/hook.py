@@ -196,9 +196,24 @@ class TrackingHook:
             run_id = self._start(stage)
             self.tracker.log_batch(run_id, metrics=fit.metrics(), histories=fit.series())
             self.tracker.log_artifact(run_id, fit.posterior, "posterior")
+            self._log_model(stage, run_id, fit)
             self.tracker.end_run(run_id, "FINISHED")
         self.runs[stage.name] = run_id
         self.status[stage.name] = "FINISHED"
+
+    def _log_model(self, stage: Stage, run_id: str, fit: FitArtefact) -> None:
+        """The fit as an MLflow pyfunc model (``runs:/<id>/model``), for MLflow stores only:
+        ``mlflow.pyfunc.load_model(...).predict(features)`` gives its posterior predictive."""
+        from bayesflow.tracking.mlflow_tracker import MlflowTracker
+
+        if not isinstance(self.tracker, MlflowTracker):
+            return
+        from bayesflow.tracking.pyfunc import log_posterior_model
+
+        log_posterior_model(
+            run_id, fit.posterior, self.loaded.to_yaml(), fit_parameters(self.loaded, stage),
+            self.tracker.uri, base_dir=self.loaded.base_dir,
+        )
 
     def _earlier_run(self, stage: Stage) -> RunRecord | None:
         """The latest finished run of this stage name and key, from one search of the
