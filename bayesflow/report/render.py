@@ -14,13 +14,13 @@ reader never sees half a report.
 
 Where templates are found (:func:`find_template`), in order:
 
-1. a path given directly (``templates/my_report.py`` or ``/abs/path/report.py``);
+1. a path given directly (``templates/my_report.py`` or ``/abs/path/report.py``): the
+   notebook is the user's code and runs as such, like a ``python:`` model;
 2. ``./templates/<name>.py`` under the current working directory (a user's own
    templates, next to their workflows);
-3. ``templates/<name>.py`` of the bayesflow checkout, that is
-   ``Path(bayesflow.__file__).parent.parent / "templates"``. This is the one source of
-   truth for the shipped templates; it is found when bayesflow is installed from the
-   repository in editable mode (``pip install -e .``), as the README installs it.
+3. the templates shipped inside the package, ``bayesflow/templates/<name>.py``, found
+   through :mod:`importlib.resources` so that an installed wheel renders reports as a
+   checkout does.
 
 The kernel runs the same interpreter as bayesflow (``sys.executable``): a kernelspec
 for it is written into a private temporary folder that is put first on
@@ -109,9 +109,10 @@ class RenderedReport:
 
 def template_folders() -> list[Path]:
     """Return the folders searched for templates by name, in search order."""
-    # bayesflow/report/render.py -> the checkout holding bayesflow/ and templates/
-    checkout = Path(__file__).resolve().parents[2] / "templates"
-    folders = [Path.cwd() / "templates", checkout]
+    from importlib import resources
+
+    shipped = Path(str(resources.files("bayesflow") / "templates"))
+    folders = [Path.cwd() / "templates", shipped]
     unique: list[Path] = []
     for folder in folders:
         if folder.resolve() not in {seen.resolve() for seen in unique}:
@@ -163,14 +164,19 @@ def find_template(template: str | Path) -> Path:
 
 def source_digest(template: str | Path | None = None) -> str:
     """A hash of what figures and reports are drawn with, for the keys of plot and report
-    stages: the sources of :mod:`bayesflow.report` and, given a template, the template
+    stages: the sources of :mod:`bayesflow.report`, of the plot, report and results-table
+    stage modules, and, given a template, the template
     file's content (found as :func:`render_report` finds it).
 
     Raises:
         RegistryError: the template does not exist.
     """
     digest = hashlib.sha256()
-    sources = sorted(Path(__file__).parent.glob("*.py"))
+    package = Path(__file__).parents[1]
+    # The figure and report code, and the stage modules that gather what they draw.
+    sources = sorted(Path(__file__).parent.glob("*.py")) + [
+        package / "stages" / f"{name}.py" for name in ("plot", "report", "table")
+    ]
     if template is not None:
         sources.append(find_template(template))
     for path in sources:

@@ -97,7 +97,10 @@ class ReportSpec(Strict):
 
     enabled: bool = Field(True, description="Render the report.")
     template: str = Field(
-        "cold_posterior", description="Notebook template under `templates/` (without extension)."
+        "cold_posterior",
+        description="Report notebook: the name of a shipped template (`cold_posterior`, "
+        "`pima_logistic`, ...; the package's `templates/`), of one in `./templates/`, or a "
+        "path to your own `.py` notebook (jupytext percent format), which runs as your code.",
     )
     output_dir: str = Field("reports", description="Folder of generated reports.")
 
