@@ -323,3 +323,16 @@ def test_run_wait_zero_refuses_a_busy_cache(workdir: Path) -> None:
         holder.wait()
     assert result.exit_code == 1
     assert f"in use by run PID {holder.pid}" in result.output
+
+
+def test_validate_names_a_template_path_as_user_code(workdir: Path) -> None:
+    """A report template given as a path is listed as code the run will execute."""
+    import shutil
+
+    from bayesflow.report import find_template
+
+    (workdir / "mine").mkdir()
+    shutil.copy(find_template("cold_posterior"), workdir / "mine" / "report.py")
+    result = invoke("validate", "spec.yaml", "report.template=mine/report.py")
+    assert result.exit_code == 0
+    assert "runs your code: report.template mine/report.py (a notebook, executed by the report kernel)" in result.output

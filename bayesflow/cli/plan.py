@@ -38,6 +38,20 @@ def validate(
         output.print(f"{spec}: valid ({len(loaded.spec.methods)} methods, "
                      f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds)",
                      markup=False, highlight=False)
+        for line in user_code(loaded.spec):
+            output.print(f"  runs your code: {line}", markup=False, highlight=False)
+
+
+def user_code(spec: Any) -> list[str]:
+    """What a run of ``spec`` imports or executes that is not bayesflow's own: a
+    ``python:`` model, and a report template given as a path (a notebook is code)."""
+    found = []
+    if getattr(spec.model, "name", None) == "python":
+        found.append(f"model.python {spec.model.python} (imported and called)")
+    template = str(spec.report.template)
+    if spec.report.enabled and ("/" in template or template.endswith(".py")):
+        found.append(f"report.template {template} (a notebook, executed by the report kernel)")
+    return found
 
 
 @app.command()
