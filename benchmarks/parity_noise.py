@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +126,7 @@ def parameters(fit: Fit) -> Tensor:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Run the shared-noise fits, print the table, write the JSON."""
     from benchmarks.parity import evaluate
-    from benchmarks.parity_report import clean
+    from benchmarks.parity_report import clean, commit, machine, versions
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.parity_noise")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -133,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    load_start = list(os.getloadavg())
     settings = Settings(epochs=args.epochs, temperatures=tuple(args.temperatures))
     digits, rows = load(), []
     for seed in args.seeds:
@@ -155,9 +159,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 print(line(row), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"parity-noise-{time.strftime('%Y-%m-%d')}.json"
+    arguments = argv if argv is not None else sys.argv[1:]
     document = {
-        "command": "python -m benchmarks.parity_noise " + " ".join(argv or []),
-        "settings": {"seeds": args.seeds, "epochs": args.epochs},
+        "benchmark": "parity_noise",
+        "command": " ".join(["python -m benchmarks.parity_noise", *arguments]),
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": commit(),
+        "machine": machine(load_start, 1),
+        "versions": versions(),
+        "settings": {**asdict(settings), "seeds": args.seeds, "methods": args.methods},
         "rows": rows,
     }
     path.write_text(json.dumps(clean(document), indent=1, allow_nan=False) + "\n")

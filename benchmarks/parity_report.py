@@ -40,15 +40,7 @@ def commit() -> dict[str, Any]:
         ).stdout.rstrip()
 
     try:
-        changed = git(
-            "status",
-            "--porcelain",
-            "bayesflow",
-            "benchmarks/parity.py",
-            "benchmarks/parity_setup.py",
-            "benchmarks/parity_fits.py",
-            "benchmarks/parity_stats.py",
-        )
+        changed = git("status", "--porcelain", "bayesflow", "benchmarks/parity*.py")
         return {
             "head": git("rev-parse", "HEAD").strip(),
             "uncommitted": [line[3:] for line in changed.splitlines()],
