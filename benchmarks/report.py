@@ -231,6 +231,8 @@ def markdown(results: dict[str, Any]) -> str:
     for key, render in sections:
         if key in results:
             lines += [""] + render(results[key])
+    for key, error in results.get("failed", {}).items():
+        lines += ["", f"**Case `{key}` failed** and has no rows in this run: `{error}`"]
     return "\n".join(lines) + "\n"
 
 
