@@ -58,10 +58,21 @@ def _dataset(loaded: LoadedSpec) -> Dataset:
     return dataset
 
 
+def code_digests(loaded: LoadedSpec) -> dict[str, str]:
+    """Digests of the code plots and the report are drawn with, for their stage keys."""
+    from bayesflow.report.render import source_digest
+
+    report = loaded.spec.report
+    digests = {"figures": source_digest()}
+    if report.enabled:
+        digests["report"] = source_digest(report.template)
+    return digests
+
+
 def plan(loaded: LoadedSpec, dataset: Dataset | None = None) -> Plan:
     """Plan a loaded spec into stages (loads the data to know its digest)."""
     dataset = dataset if dataset is not None else _dataset(loaded)
-    return plan_workflow(loaded.spec, dataset.digest)
+    return plan_workflow(loaded.spec, dataset.digest, code_digests(loaded))
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,7 @@ def prepare(loaded: LoadedSpec | Prepared) -> Prepared:
     if isinstance(loaded, Prepared):
         return loaded
     dataset = _dataset(loaded)
-    return Prepared(loaded, dataset, plan_workflow(loaded.spec, dataset.digest))
+    return Prepared(loaded, dataset, plan_workflow(loaded.spec, dataset.digest, code_digests(loaded)))
 
 
 def _cache_folder(workflow: LoadedSpec | Prepared) -> str:

@@ -163,13 +163,20 @@ def _fit_name(method: str, temperature: float | None, seed: int) -> str:
     return f"fit/{method}/T={format_temperature(temperature)}/seed={seed}"
 
 
-def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
+def plan_workflow(
+    spec: WorkflowSpec, data_digest: str, code: dict[str, str] | None = None
+) -> Plan:
     """Plan ``spec`` into stages.
 
     Args:
         spec: the validated workflow.
         data_digest: the digest of the loaded data (part of every fit key).
+        code: digests of the code that draws: ``figures`` (part of every plot key) and
+            ``report`` (the figure code and the template, part of the report key); the
+            API computes them (:func:`bayesflow.report.render.source_digest`), so the
+            planner never reads the report layer. Missing digests are left out of keys.
     """
+    code = code or {}
     base = {
         "data": data_digest,
         "model": spec.model.model_dump(mode="json"),
@@ -299,8 +306,6 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
     # Plots and the report read every cell's fit and evaluation, whichever finished
     # (optional inputs); their keys cover those inputs' keys by name (two methods with
     # equal settings are two cells), the figure code or template, and the versions.
-    from bayesflow.report.render import source_digest
-
     cells: list[dict[str, Any]] = [
         {"cell": s.name.replace("evaluate/", "fit/", 1), "evaluation": s.name, "method": s.method,
          "engine": s.engine, "temperature": s.temperature, "seed": s.seed}
@@ -308,7 +313,7 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
     ]
     results = tuple(str(name) for cell in cells for name in (cell["cell"], cell["evaluation"]))
     keys = {name: stages[name].key for name in results}
-    figure_code = source_digest()
+    figure_code = code.get("figures", "")
     plot_names = []
     for plot in spec.plots:
         name = f"plot/{plot}"
@@ -328,7 +333,7 @@ def plan_workflow(spec: WorkflowSpec, data_digest: str) -> Plan:
         inputs = (*results, *plot_names, *extra)
         payload = {
             "report": spec.report.model_dump(mode="json"),
-            "code": source_digest(spec.report.template),
+            "code": code.get("report", ""),
             "spec": _hash(spec.model_dump(mode="json")),  # the report shows the whole spec
             "cells": cells, "inputs": {name: stages[name].key for name in inputs},
             "versions": base["versions"],
