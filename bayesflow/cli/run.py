@@ -77,11 +77,9 @@ def _ui_command(uri: str) -> str:
 
 
 def _summary(result: Any) -> None:
-    from bayesflow.api import results
-
-    try:
-        frame = results(result.run_id, tracker=None, tracking_uri=result.tracking_uri)
-    except BayesflowError:
+    try:  # from the stages' outputs: the store is not read back
+        frame = result.results()
+    except (BayesflowError, ValueError):
         frame = None
     if frame is not None and len(frame):
         metrics = [m for m in ("test_nll", "test_accuracy", "test_ece", "test_brier") if m in frame]
@@ -131,10 +129,13 @@ def run(
     from bayesflow.api import run as run_workflow
     from bayesflow.api import tracking_uri_of
     from bayesflow.dag.cache import Cache
+    from bayesflow.dag.lock import wait_from_environment
 
     loaded = load(spec, overrides)
+    # --wait wins; without it BAYESFLOW_LOCK_TIMEOUT says (unset: wait until the holder ends).
+    waits, timeout = wait_from_environment() if wait is None else (wait != 0, wait)
     try:
-        with Cache(loaded.spec.execution.cache_dir).lock(wait=wait != 0, timeout=wait):
+        with Cache(loaded.spec.execution.cache_dir).lock(wait=waits, timeout=timeout):
             uri = tracking_uri_of(loaded)
             console.print(f"MLflow tracking URI: {uri}", highlight=False)
             prepared = prepare(loaded)  # the data are loaded and the plan is made once
