@@ -8,8 +8,9 @@ given; it alone commits outputs to the cache and calls the hooks, so N workers n
 write to the MLflow SQLite store at once (SQLite does not tolerate concurrent writers
 well), and no metric or run is lost.
 
-Stages that are not cacheable (plots, the report) must see the whole sweep; they are
-only sent to an executor that runs stages in this process (``accepts_uncacheable``).
+A stage that is not cacheable is only sent to an executor that runs stages in this process
+(``accepts_uncacheable``); every kind the planner makes today is cacheable, plots and the
+report included (they wait for every cell they read, as inputs).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Executor(Protocol):
     Attributes:
         workers: how many stages it computes at once; the scheduler submits no more.
         accepts_uncacheable: whether it computes stages in this process, so that stages
-            which are not cacheable (plots, the report) may be sent to it.
+            which are not cacheable may be sent to it.
     """
 
     workers: int

@@ -1,7 +1,7 @@
 """One fitted posterior with its network: sample, predict, score, or take the network.
 
 :class:`FittedPosterior` rebuilds the flat-parameter problem the way the fit stage does
-(``StageRunner._problem``) from the run's spec and the cell's sizes, and predicts the way
+(``WorkflowContext.problem``) from the run's spec and the cell's sizes, and predicts the way
 the evaluate stage does (:func:`bayesflow.evaluate.predictive.posterior_outputs`).
 """
 
@@ -351,7 +351,7 @@ def _generator(seed: int | None) -> torch.Generator:
 def _build_problem(
     spec: WorkflowSpec, cell: dict[str, Any], device: str
 ) -> tuple[Problem, Likelihood, nn.Module]:
-    """Rebuild the network and problem as ``StageRunner._problem`` does: the likelihood's
+    """Rebuild the network and problem as ``WorkflowContext.problem`` does: the likelihood's
     outputs from ``num_classes``, the model seeded with the fit's seed (a network with
     random buffers gets the same ones). The prior is left out: no use here needs it."""
     import torch
