@@ -10,9 +10,12 @@ can catch one class. The tree::
     │                             it comes from a spec)
     ├── MissingDependencyError    an optional extra is not installed
     ├── StageError                a stage failed while running (exit code 1)
-    │   └── DivergenceError       a fit produced NaN or inf
+    │   ├── DivergenceError       a fit produced NaN or inf
+    │   └── ReportError           a report cell raised (bayesflow.report.render)
     ├── TrackingError             the tracking store could not be read or written
     ├── UsageError                a command was called in a way that cannot work (exit code 2)
+    ├── PosteriorError            a fitted posterior cannot be loaded (bayesflow.posterior)
+    │   └── NoDensityError        it has no density to evaluate (samples, a point mass)
     └── CacheLockError            another run holds the cache folder (exit code 1)
 
 A message says what went wrong, where, what was expected and found, and what to do.
