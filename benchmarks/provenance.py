@@ -62,7 +62,9 @@ def uncommitted() -> list[str]:
         lines = _git("status", "--porcelain", "bayesflow").splitlines()
     except (OSError, subprocess.CalledProcessError):
         return []
-    return [line[3:] for line in lines if line.strip()]
+    # "XY path" (the status columns, then the path); the first line's leading blank was
+    # stripped with the output, so split on whitespace rather than cut three characters.
+    return [line.split(maxsplit=1)[1] for line in lines if line.strip()]
 
 
 def versions() -> dict[str, str]:
