@@ -17,7 +17,7 @@ point where bayesflow's engine takes them:
 
 Everything else is posteriors' own code. If the two fits then agree, a gap in the parity
 table is the spread of the draws, not a difference of the algorithms. Writes
-``<out>/parity-noise-<date>.json`` and prints a table.
+``<out>/parity-noise-<date>-e<epochs>.json`` and prints a table.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 rows.append(row)
                 print(line(row), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"parity-noise-{time.strftime('%Y-%m-%d')}.json"
+    path = args.out / f"parity-noise-{time.strftime('%Y-%m-%d')}-e{args.epochs}.json"
     arguments = argv if argv is not None else sys.argv[1:]
     document = {
         "benchmark": "parity_noise",

@@ -168,7 +168,8 @@ def provenance(results: dict[str, Any]) -> list[str]:
     """The bullet lines of machine, versions, settings and checks."""
     settings, host, versions = results["settings"], results["machine"], results["versions"]
     serial, checks = settings["serial_sghmc"], results["checks"]
-    dirty = " + uncommitted changes" if results["commit"]["uncommitted"] else ""
+    changed = results["commit"]["uncommitted"]
+    dirty = f" + uncommitted changes to {', '.join(changed)}" if changed else ""
     start = ", ".join(f"{value:.2f}" for value in host["load_average_start"])
     end = ", ".join(f"{value:.2f}" for value in host["load_average_end"])
     seeds = settings["seeds"]
@@ -184,8 +185,8 @@ def provenance(results: dict[str, Any]) -> list[str]:
         ),
         (
             f"- Seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}); {settings['epochs']} epochs "
-            f"(serial SGHMC {serial['epochs']}, burn-in {serial['burn_in']} steps, then every "
-            f"{serial['thin']}th kept); batch {settings['batch_size']}; {settings['chains']} "
+            f"(serial SGHMC {serial['epochs']}, burn-in {serial['burn_in']} steps, then one step in "
+            f"{serial['thin']} kept); batch {settings['batch_size']}; {settings['chains']} "
             f"parallel chains (posteriors: {settings['peer_chains']}); "
             f"{settings['evaluation_samples']} samples per predictive."
         ),
