@@ -15,6 +15,9 @@ pytest.importorskip("posteriors")
 from benchmarks.report import END, START
 from benchmarks.run import CASES, main
 
+# Real workflow runs (MLflow, the report kernel): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 
 def positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0

@@ -40,6 +40,7 @@ def test_continual_needs_episodes(tmp_path: Path) -> None:
     assert any("needs data that arrive in episodes; set `data.episodes`" in p for p in info.value.problems)
 
 
+@pytest.mark.slow
 def test_laplace_prior_forgets_less_than_online_sgd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Carrying the Laplace posterior forward keeps earlier episodes better than online SGD."""
     monkeypatch.chdir(tmp_path)

@@ -29,6 +29,9 @@ from bayesflow.posterior import (
 )
 from tests.conftest import TINY_SPEC
 
+# Real workflow runs (MLflow, the report kernel): left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 METHODS = {
     "map": {"engine": "map", "optimizer": {"name": "adam", "lr": 0.01}, "epochs": 5},
     "laplace": {"engine": "laplace_diag_ggn", "from": "map"},

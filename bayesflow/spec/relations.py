@@ -103,8 +103,8 @@ def _reference_problems(
 ) -> list[tuple[tuple[str, ...], str]]:
     """``evaluate.reference`` must name a method."""
     reference = evaluate.get("reference") if isinstance(evaluate, dict) else None
-    if reference is None or reference in methods:
-        return []
+    if not isinstance(reference, str) or reference in methods:
+        return []  # None, or a wrong type that the field's own validation reports
     return [(("evaluate", "reference"),
              f"names {reference!r}, which is not a method (methods: {', '.join(methods)})")]
 

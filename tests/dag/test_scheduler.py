@@ -232,6 +232,7 @@ def test_cache_commit_is_atomic(tmp_path: Path) -> None:
     assert cache.get("k1") == entry and entry.file("posterior.npz").read_bytes() == b"x"
 
 
+@pytest.mark.slow
 def test_inline_and_process_executors_give_the_same_outcome(tmp_path: Path) -> None:
     """Two worker processes give the statuses and errors of the inline executor; the
     report runs in this process, fits in the workers."""
@@ -256,7 +257,9 @@ def test_inline_and_process_executors_give_the_same_outcome(tmp_path: Path) -> N
     assert Cache(tmp_path / "process").get("kc").file("out.txt").read_text() == "fit/c"
 
 
-@pytest.mark.parametrize("kind", ["inline", "threads", "process"])
+@pytest.mark.parametrize(
+    "kind", ["inline", "threads", pytest.param("process", marks=pytest.mark.slow)]
+)
 def test_equal_keys_are_computed_once(tmp_path: Path, kind: str) -> None:
     """Stages with equal keys are computed once, the other waits and reuses it, also forced."""
     log = tmp_path / "calls.log"
@@ -312,7 +315,10 @@ def _protocol_executor(kind: str, recorder: Recorder) -> Executor:
     return ProcessExecutor(recorder, 2) if kind == "process" else InlineExecutor(recorder)
 
 
-@pytest.mark.parametrize("kind", ["inline", "process", "ray"])
+@pytest.mark.parametrize(
+    "kind",
+    ["inline", pytest.param("process", marks=pytest.mark.slow), pytest.param("ray", marks=pytest.mark.slow)],
+)
 def test_executors_satisfy_the_protocol(tmp_path: Path, kind: str) -> None:
     """Every executor is an Executor whose futures hold a stage's values or its error."""
     executor = _protocol_executor(kind, Recorder({"fit/bad"}))

@@ -40,6 +40,7 @@ def client(folder: Path):
     return MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
 
 
+@pytest.mark.smoke
 def test_run_succeeds_and_says_where_things_are(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """`bayesflow run` exits 0 and prints the store URI and the report path."""
     folder, result = first_run
@@ -48,6 +49,7 @@ def test_run_succeeds_and_says_where_things_are(first_run: tuple[Path, subproces
     assert "report: reports/tiny/" in result.stdout
 
 
+@pytest.mark.smoke
 def test_runs_follow_the_contract(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """One parent, one child per fit with the sweep params, metrics and posterior artifact."""
     folder, _ = first_run
@@ -70,6 +72,7 @@ def test_runs_follow_the_contract(first_run: tuple[Path, subprocess.CompletedPro
         assert "param_names" in arrays and ("samples" in arrays or {"mean", "var"} <= set(arrays))
 
 
+@pytest.mark.smoke
 def test_report_is_one_self_contained_html(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """The report HTML embeds its figures and is logged to the parent run."""
     folder, _ = first_run

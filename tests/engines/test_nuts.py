@@ -13,6 +13,7 @@ from bayesflow.temperature import Tempering
 from tests.engines.helpers import NUM_DATA, WARM_AND_COLD, Regression, exact, run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("temperature", "convention"), WARM_AND_COLD)
 def test_nuts_samples_the_posterior(
     regression: Regression, temperature: float, convention: str

@@ -65,3 +65,9 @@ def test_a_method_outside_its_tasks_is_refused(tmp_path: Path, monkeypatch: pyte
         f"{tmp_path / 'spec.yaml'}:25:5: methods.sghmc.engine: sghmc does not apply to "
         "classification (the likelihood's task); it applies to regression"
     ]
+
+
+def test_a_reference_of_the_wrong_type_is_a_located_error(tmp_path: Path) -> None:
+    """`evaluate.reference: [a list]` is reported by its field, not a TypeError."""
+    found = problems(write(tmp_path, TINY_SPEC), "+evaluate.reference=[map]")
+    assert len(found) == 1 and "evaluate.reference" in found[0]
