@@ -15,6 +15,8 @@ Every function returns text or a frame and draws nothing, so it is tested withou
 
 from __future__ import annotations
 
+import html
+
 from typing import Any
 
 import pandas as pd
@@ -22,7 +24,7 @@ import yaml
 
 from bayesflow.report.figures import failed_cells, results_table
 
-__all__ = ["header", "metric_table", "read_spec", "run_links", "spec_block", "what_ran"]
+__all__ = ["escape", "header", "metric_table", "read_spec", "run_links", "spec_block", "what_ran"]
 
 DEFAULT_STORE = "sqlite:///mlflow.db"
 
@@ -36,12 +38,18 @@ def read_spec(spec_yaml: str) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
+def escape(text: Any) -> str:
+    """A user's string made safe for a Markdown cell: HTML is shown, never executed (a
+    ``<script>`` in a spec's description must not run when the report is opened)."""
+    return html.escape(str(text), quote=False)
+
+
 def header(workflow: str, spec_yaml: str) -> str:
-    """The workflow's name and the spec's description (what it studies and why)."""
+    """The workflow's name and the spec's description (what it studies and why), escaped."""
     lines = [f"**Workflow:** `{workflow or 'unnamed'}`"]
     description = read_spec(spec_yaml).get("description", "")
     if description:
-        lines.append(str(description).strip())
+        lines.append(escape(str(description).strip()))
     return "\n\n".join(lines)
 
 
@@ -68,7 +76,7 @@ def what_ran(frame: pd.DataFrame) -> str:
 def _reason(row: dict[str, Any]) -> str:
     """A failed cell's status and the first line of its error, when the frame has one."""
     error = str(row.get("error") or "").strip().splitlines()
-    return f"{row['status']}: {error[0][:200]}" if error else str(row["status"])
+    return f"{row['status']}: {escape(error[0][:200])}" if error else str(row["status"])
 
 
 def metric_table(
