@@ -91,6 +91,38 @@ def _quote(value: str) -> str:
     )
 
 
+# Seconds to wait for a tracking server to accept a connection before saying it is down:
+# MLflow's own client would retry a refused connection for minutes, without a word.
+PROBE_SECONDS = 5.0
+
+
+def probe_server(uri: str, timeout: float = PROBE_SECONDS) -> None:
+    """Fail fast, naming the URI, when an ``http(s)`` tracking server does not answer.
+
+    Raises:
+        TrackingError: the host cannot be resolved or refuses or does not accept the
+            connection within ``timeout`` seconds.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise TrackingError(
+            f"the tracking server {uri} does not answer ({reason}, waited at most "
+            f"{timeout:g} s); start it (`mlflow server --port {port}`), or point "
+            "`tracking.uri` / MLFLOW_TRACKING_URI at a store that exists (e.g. "
+            "sqlite:///mlflow.db)"
+        ) from None
+
+
 class MlflowTracker:
     """A tracker over an MLflow tracking store.
 
@@ -119,6 +151,7 @@ class MlflowTracker:
     def client(self) -> Any:
         """The ``mlflow.tracking.MlflowClient`` bound to :attr:`uri`, built on first use."""
         if self._client is None:
+            probe_server(self.uri)
             from mlflow.tracking import MlflowClient
 
             with self._translate("connecting"):

@@ -1,4 +1,4 @@
-"""Experiments bayesflow creates open on the runs table of MLflow 3's UI."""
+"""Experiments open on the runs table of MLflow 3's UI; an unreachable store fails fast."""
 
 from __future__ import annotations
 
@@ -15,3 +15,22 @@ def test_new_experiments_are_marked_as_model_development(tmp_path: Path) -> None
     tracker.end_run(tracker.start_run("workflow", "run", params={}, tags={}), "FINISHED")
     experiment = mlflow.MlflowClient(tracker.uri).get_experiment_by_name("workflow")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_an_unreachable_tracking_server_fails_fast_naming_the_uri() -> None:
+    """A refused http store is a TrackingError within seconds, not minutes of retries."""
+    import socket
+    import time
+
+    import pytest
+
+    from bayesflow.errors import TrackingError
+    from bayesflow.tracking.mlflow_tracker import probe_server
+
+    with socket.socket() as probe:  # a port nothing listens on: bind, then close
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    began = time.perf_counter()
+    with pytest.raises(TrackingError, match=f"the tracking server http://127.0.0.1:{port} does not answer"):
+        probe_server(f"http://127.0.0.1:{port}")
+    assert time.perf_counter() - began < 5
