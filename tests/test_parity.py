@@ -29,7 +29,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Pat
     return json.loads(written.read_text()), folder
 
 
-@pytest.mark.slow  # the quick run: 5-10 s on the shared 2-core machine
+@pytest.mark.slow  # the quick run: 3-10 s on the shared 2-core machine, by its load
 def test_json_records_provenance(quick: tuple[dict[str, Any], Path]) -> None:
     """The JSON holds the commit, the machine, the library versions and the settings."""
     results, _ = quick
@@ -46,7 +46,7 @@ def test_json_records_provenance(quick: tuple[dict[str, Any], Path]) -> None:
     assert results["runtime_seconds"] > 0
 
 
-@pytest.mark.slow  # the quick run: 5-10 s on the shared 2-core machine
+@pytest.mark.slow  # the quick run: 3-10 s on the shared 2-core machine, by its load
 def test_json_cell_has_both_tools_and_the_gap(quick: tuple[dict[str, Any], Path]) -> None:
     """The one cell has each tool's per-seed metrics, their spread and the paired gap."""
     results, _ = quick
@@ -64,7 +64,7 @@ def test_json_cell_has_both_tools_and_the_gap(quick: tuple[dict[str, Any], Path]
     assert results["checks"]["map_max_abs_difference"][0] < 1e-4
 
 
-@pytest.mark.slow  # the quick run: 5-10 s on the shared 2-core machine
+@pytest.mark.slow  # the quick run: 3-10 s on the shared 2-core machine, by its load
 def test_doc_block_has_the_table(quick: tuple[dict[str, Any], Path]) -> None:
     """The doc gets the results block between its markers, with the table."""
     _, folder = quick
