@@ -36,12 +36,23 @@ PRIOR_PREDICTIVE_ARTIFACT = "prior_predictive/prior_predictive.npz"
 
 def open_tracker(tracking_uri: str | None = None, tracker: Any = None) -> Any:
     """``tracker``, or an MLflow tracker on ``tracking_uri`` (default
-    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the working directory)."""
+    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the working directory).
+
+    Reading needs a store that exists: a SQLite file that is not there is a TrackingError
+    (MLflow would create an empty store there and then call every run unknown).
+    """
     if tracker is not None:
         return tracker
     from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
 
-    return MlflowTracker(resolve_tracking_uri(tracking_uri, Path.cwd()))
+    uri = resolve_tracking_uri(tracking_uri, Path.cwd())
+    database = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    if uri.startswith("sqlite:///") and database != ":memory:" and not Path(database).is_file():
+        raise TrackingError(
+            f"no MLflow store at {uri}: nothing has been run with it; run from the folder "
+            "holding mlflow.db, or pass --tracking-uri (tracking_uri=) or set MLFLOW_TRACKING_URI"
+        )
+    return MlflowTracker(uri)
 
 
 def _latest_parent(tracker: Any, experiment: str | None) -> str:

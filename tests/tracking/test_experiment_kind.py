@@ -1,4 +1,4 @@
-"""Experiments open on the runs table of MLflow 3's UI; an unreachable store fails fast."""
+"""MLflow as seen from outside: experiments open on the runs table; an unreachable or missing store fails fast and creates nothing."""
 
 from __future__ import annotations
 
@@ -31,3 +31,19 @@ def test_an_unreachable_tracking_server_fails_fast_naming_the_uri() -> None:
         port = probe.getsockname()[1]
     with pytest.raises(TrackingError, match=f"the tracking server http://127.0.0.1:{port} does not answer"):
         probe_server(f"http://127.0.0.1:{port}")
+
+
+def test_reading_a_store_that_is_not_there_creates_nothing(tmp_path: Path) -> None:
+    """`bayesflow report <id>` in a folder without mlflow.db says so and creates no store."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bayesflow.cli", "report", "0123456789abcdef"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert done.returncode == 1
+    assert "no MLflow store at sqlite:///" in done.stderr
+    assert not (tmp_path / "mlflow.db").exists()
