@@ -82,7 +82,11 @@ def ui(
     uri = resolve_tracking_uri(tracking_uri, Path.cwd())
     _check_port(host, port)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    console.print(f"MLflow UI on {uri} at http://{shown}:{port}/#/experiments", highlight=False)
+    # MLflow 3's UI opens on its GenAI pages unless the address asks for model training.
+    console.print(
+        f"MLflow UI on {uri} at http://{shown}:{port}/#/experiments?workflowType=machine_learning",
+        highlight=False,
+    )
     command = [
         sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
         "--host", host, "--port", str(port),
