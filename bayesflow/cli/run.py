@@ -70,7 +70,7 @@ class ProgressHook:
 
 def _ui_command(uri: str) -> str:
     """``bayesflow ui``, naming the store when it is not the one ``ui`` opens by default."""
-    from bayesflow.tracking.mlflow_tracker import resolve_tracking_uri
+    from bayesflow.tracking.uri import resolve_tracking_uri
 
     default = resolve_tracking_uri(None, Path.cwd())
     return "bayesflow ui" if uri == default else f"bayesflow ui --tracking-uri {uri}"

@@ -77,7 +77,7 @@ def ui(
 ) -> None:
     """Open the MLflow UI on the bayesflow store (`run`'s default); exits 2 when the
     address cannot be served."""
-    from bayesflow.tracking.mlflow_tracker import resolve_tracking_uri
+    from bayesflow.tracking.uri import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, Path.cwd())
     _check_port(host, port)

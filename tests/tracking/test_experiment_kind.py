@@ -24,7 +24,7 @@ def test_an_unreachable_tracking_server_fails_fast_naming_the_uri() -> None:
     import pytest
 
     from bayesflow.errors import TrackingError
-    from bayesflow.tracking.mlflow_tracker import probe_server
+    from bayesflow.tracking.uri import probe_server
 
     with socket.socket() as probe:  # a port nothing listens on: bind, then close
         probe.bind(("127.0.0.1", 0))

@@ -1,0 +1,80 @@
+"""Tracking URIs: where runs go by default, made independent of the working directory,
+and a quick probe of a tracking server before MLflow's client retries for minutes.
+
+Neither function imports mlflow, so the command line can name a store cheaply.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bayesflow.errors import TrackingError
+
+__all__ = ["DEFAULT_TRACKING_URI", "PROBE_SECONDS", "SQLITE_PREFIX", "probe_server", "resolve_tracking_uri"]
+
+SQLITE_PREFIX = "sqlite:///"
+
+# Where runs go when neither the spec, the command line nor MLFLOW_TRACKING_URI says.
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def resolve_tracking_uri(uri: str | None, base: Path) -> str:
+    """Make a tracking URI independent of the working directory.
+
+    No URI (a spec's `tracking.uri: null`, no `--tracking-uri`) means MLflow's own
+    ``MLFLOW_TRACKING_URI`` environment variable when it is set, else
+    ``sqlite:///mlflow.db`` in the working directory.
+
+    ``sqlite:///mlflow.db`` names a path relative to the working directory; it becomes
+    ``sqlite:////<base>/mlflow.db``. A plain relative or absolute path becomes a
+    ``file:`` URI. Absolute SQLite paths and every other scheme (``http``, ``file``,
+    ``databricks``) are returned unchanged.
+
+    Args:
+        uri: the tracking URI as a user wrote it.
+        base: the folder relative paths are taken from (usually the working directory).
+    """
+    if uri is None:
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    if uri.startswith(SQLITE_PREFIX):
+        database = uri[len(SQLITE_PREFIX) :]
+        if not database or database.startswith("/") or database == ":memory:":
+            return uri
+        return SQLITE_PREFIX + str((base / database).resolve())
+    if "://" in uri or uri.startswith("file:"):
+        return uri
+    folder = Path(uri)
+    return (folder if folder.is_absolute() else base / folder).resolve().as_uri()
+
+
+# Seconds to wait for a tracking server to accept a connection before saying it is down:
+# MLflow's own client would retry a refused connection for minutes, without a word.
+PROBE_SECONDS = 5.0
+
+
+def probe_server(uri: str, timeout: float = PROBE_SECONDS) -> None:
+    """Fail fast, naming the URI, when an ``http(s)`` tracking server does not answer.
+
+    Raises:
+        TrackingError: the host cannot be resolved or refuses or does not accept the
+            connection within ``timeout`` seconds.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise TrackingError(
+            f"the tracking server {uri} does not answer ({reason}, waited at most "
+            f"{timeout:g} s); start it (`mlflow server --port {port}`), or point "
+            "`tracking.uri` / MLFLOW_TRACKING_URI at a store that exists (e.g. "
+            "sqlite:///mlflow.db)"
+        ) from None
