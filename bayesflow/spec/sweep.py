@@ -52,7 +52,9 @@ def variant_label(values: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -
 
 def split_top_level(text: str) -> list[str]:
     """Split at commas outside brackets, braces, parentheses and quotes."""
-    parts, depth, quote, current = [], 0, "", []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
     for character in text:
         if quote:
             quote = "" if character == quote else quote
