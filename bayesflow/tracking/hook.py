@@ -16,7 +16,9 @@ entry but each keeps its own run. Nothing here is read back to compute a stage.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import socket
 from typing import Any
@@ -61,9 +63,16 @@ def fit_parameters(loaded: LoadedSpec, stage: Stage) -> dict[str, Any]:
     params.update({key: value for key, value in flat.items() if key != "engine"})
     if spec.prior.name == "diag_normal":
         params["prior_variance"] = spec.prior.variance
+    if stage.temperature:  # MLflow plots params on a linear axis; temperatures span decades
+        params["log10_temperature"] = math.log10(stage.temperature)
+    # Every key that defines the cell, e.g. `model.hidden`, `prior.variance`, `data.split_seed`.
+    for section in ("model", "likelihood", "prior", "data"):
+        block = getattr(spec, section).model_dump(mode="json", by_alias=True)
+        params.update(_flatten({key: value for key, value in block.items() if key != "name"}, f"{section}."))
     # Fitted as one cell of a vectorised grid (execution.vectorize, a fit_group stage).
     params["vectorized"] = bool(stage.config.get("vectorized", False))
-    return params
+    # An unset setting is `null`, as the spec writes it, never Python's 'None'.
+    return {key: "null" if value is None else value for key, value in params.items()}
 
 
 def _flatten(mapping: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -88,8 +97,44 @@ def _process_alive(pid: int) -> bool:
 
 
 def process_tags() -> dict[str, str]:
-    """The tags that say which process of which host wrote a run (see :func:`end_stale_runs`)."""
-    return {"bayesflow.pid": str(os.getpid()), "bayesflow.host": socket.gethostname()}
+    """The tags that say which process of which host wrote a run (see :func:`end_stale_runs`),
+    with MLflow's standard system tags (user, source, git commit) and bayesflow's version."""
+    return {"bayesflow.pid": str(os.getpid()), "bayesflow.host": socket.gethostname(), **_system_tags()}
+
+
+@functools.lru_cache(maxsize=1)
+def _system_tags() -> dict[str, str]:
+    """``mlflow.user``, ``mlflow.source.*`` and ``bayesflow.version``: what the MLflow UI
+    shows for a run started by MLflow's own fluent API, read once per process."""
+    import getpass
+    import subprocess
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        bayesflow_version = version("bayesflow-workflows")
+    except PackageNotFoundError:
+        bayesflow_version = "unknown"
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for the uid (a container)
+        user = str(os.getuid())
+    tags = {
+        "mlflow.user": user,
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.name": " ".join(["bayesflow", *sys.argv[1:]])[:500] or "bayesflow",
+        "bayesflow.version": bayesflow_version,
+    }
+    try:  # the commit of a checkout bayesflow runs from (an installed wheel has none)
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=os.path.dirname(__file__), capture_output=True,
+            text=True, timeout=5, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    return tags
 
 
 def end_stale_runs(tracker: Any, experiment: str) -> list[str]:
