@@ -8,6 +8,7 @@ batch of them for parallel chains) and makes ``vmap`` over chains straightforwar
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -17,7 +18,7 @@ from bayesflow.engines.base import Problem
 from bayesflow.likelihoods import Likelihood
 from bayesflow.priors import Prior
 
-__all__ = ["build_problem", "flatten_module"]
+__all__ = ["build_network", "build_problem", "flatten_module"]
 
 
 def flatten_module(module: nn.Module) -> tuple[Tensor, tuple[str, ...], tuple[tuple[int, ...], ...]]:
@@ -93,3 +94,25 @@ def build_problem(
         likelihood=likelihood.name,
         device=device,
     )
+
+
+def build_network(
+    spec: Any, num_features: int, num_classes: int | None, seed: int
+) -> tuple[Likelihood, nn.Module]:
+    """The likelihood and the network of a fit cell of ``spec`` (a workflow spec), the
+    network initialised under ``torch.manual_seed(seed)``: the fit stages and a loaded
+    posterior build the same network this one way.
+
+    Args:
+        spec: the validated workflow spec (its ``model`` and ``likelihood``).
+        num_features: inputs per example.
+        num_classes: classes of a classification target (None for a real-valued one).
+        seed: the cell's seed.
+    """
+    from bayesflow.likelihoods import build_likelihood
+    from bayesflow.models import build_model
+
+    likelihood = build_likelihood(spec.likelihood.model_dump())
+    outputs = likelihood.num_outputs(num_classes)
+    torch.manual_seed(seed)
+    return likelihood, build_model(spec.model.model_dump(), num_features, outputs)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from bayesflow.posterior.files import PosteriorError, cell_sizes, read_spec
+from bayesflow.stages.evaluate import PREDICTIVE_SEED_OFFSET
 
 if TYPE_CHECKING:
     import torch
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EVALUATION_SEED_OFFSET", "FittedPosterior", "NoDensityError", "RegressionPrediction"]
 
-# The evaluate stage draws its samples from a generator seeded 10,000 + the fit's seed
-# (bayesflow/stages); predicting with the same seed repeats its draw exactly.
-EVALUATION_SEED_OFFSET = 10_000
+# The evaluate stage draws its samples from a generator seeded this offset + the fit's seed;
+# predicting with the same seed repeats its draw exactly.
+EVALUATION_SEED_OFFSET = PREDICTIVE_SEED_OFFSET
 
 
 class NoDensityError(PosteriorError, NotImplementedError):
@@ -356,16 +357,14 @@ def _build_problem(
     random buffers gets the same ones). The prior is left out: no use here needs it."""
     import torch
 
-    from bayesflow.likelihoods import build_likelihood
-    from bayesflow.models import build_model
     from bayesflow.priors import none
-    from bayesflow.problem import build_problem
+    from bayesflow.problem import build_network, build_problem
 
-    likelihood = build_likelihood(spec.likelihood.model_dump())
     num_classes = cell.get("num_classes")
-    outputs = likelihood.num_outputs(None if num_classes is None else int(num_classes))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(cell.get("seed") or 0))
-        module = build_model(spec.model.model_dump(), int(cell["num_features"]), outputs)
+    with torch.random.fork_rng(devices=[]):  # leave the caller's random state as it was
+        likelihood, module = build_network(
+            spec, int(cell["num_features"]), None if num_classes is None else int(num_classes),
+            int(cell.get("seed") or 0),
+        )
     problem = build_problem(module, likelihood, none(), 1, device)
     return problem, likelihood, module

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -86,13 +85,11 @@ def _from_path(path: Path, device: str) -> FittedPosterior:
 
 
 def _tracker(tracking_uri: str | None) -> Any:
-    from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
+    from bayesflow.tracking import MlflowTracker
+    from bayesflow.tracking.uri import missing_store, resolve_tracking_uri
 
-    uri = resolve_tracking_uri(
-        tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db", Path.cwd()
-    )
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        # MLflow would create an empty store there and then report the run unknown.
+    uri = resolve_tracking_uri(tracking_uri, Path.cwd())
+    if missing_store(uri):
         raise PosteriorError(
             f"load_posterior: no MLflow store at {uri}; run from the folder holding "
             "mlflow.db, or pass tracking_uri="

@@ -149,7 +149,11 @@ def render_default(field: FieldInfo) -> str:
     """The default as YAML would write it (``[64]``, ``true``, ``null``), or ``required``."""
     if field.is_required():
         return "required"
-    value = field.get_default(call_default_factory=True)
+    return _yaml(field.get_default(call_default_factory=True))
+
+
+def _yaml(value: Any) -> str:
+    """A default as YAML writes it in flow style (a settings model as its mapping)."""
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json", by_alias=True)
     text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000)
@@ -207,10 +211,7 @@ def _with_default(parameter: Parameter, default: Any, name: str) -> Parameter:
         value = getattr(value, part, None) if isinstance(value, BaseModel) else None
         if value is None:
             return parameter
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json", by_alias=True)
-    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000)
-    return Parameter(parameter.key, parameter.type, text.removesuffix("\n...\n").strip(), parameter.description)
+    return Parameter(parameter.key, parameter.type, _yaml(value), parameter.description)
 
 
 def entries(kind: str) -> list[Entry]:

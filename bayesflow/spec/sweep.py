@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from bayesflow.errors import SpecError
 

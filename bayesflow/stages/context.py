@@ -70,22 +70,17 @@ class WorkflowContext:
         temperature (a fit shared by every temperature, the prior predictive check) is
         tempered at T = 1.
         """
-        import torch
-
-        from bayesflow.likelihoods import build_likelihood
-        from bayesflow.models import build_model
         from bayesflow.priors import build_prior, none
-        from bayesflow.problem import build_problem
+        from bayesflow.problem import build_network, build_problem
         from bayesflow.temperature import Tempering
 
         spec = self.spec
-        likelihood = build_likelihood(spec.likelihood.model_dump())
         prior = build_prior(spec.prior.model_dump())
         if stage.engine and not traits_of(stage.engine).uses_prior:
             prior = none()
-        outputs = likelihood.num_outputs(self.dataset.num_classes)
-        torch.manual_seed(stage.seed or 0)
-        module = build_model(spec.model.model_dump(), self.dataset.num_features, outputs)
+        likelihood, module = build_network(
+            spec, self.dataset.num_features, self.dataset.num_classes, stage.seed or 0
+        )
         problem = build_problem(module, likelihood, prior, len(self.dataset.y_train), self.device())
         temperature = 1.0 if stage.temperature is None else stage.temperature
         tempering = Tempering(temperature, problem.num_data, spec.temperature_convention)

@@ -28,8 +28,7 @@ from bayesflow.tracking.base import (
     check_status,
     stringify_params,
 )
-from bayesflow.tracking.uri import SQLITE_PREFIX
-from bayesflow.tracking.uri import probe_server, resolve_tracking_uri
+from bayesflow.tracking.uri import SQLITE_PREFIX, probe_server, resolve_tracking_uri
 
 __all__ = ["ARTIFACT_FOLDER", "MlflowTracker", "probe_server", "resolve_tracking_uri"]
 

@@ -43,11 +43,11 @@ def open_tracker(tracking_uri: str | None = None, tracker: Any = None) -> Any:
     """
     if tracker is not None:
         return tracker
-    from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
+    from bayesflow.tracking import MlflowTracker
+    from bayesflow.tracking.uri import missing_store, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, Path.cwd())
-    database = uri.removeprefix("sqlite:///").split("?", 1)[0]
-    if uri.startswith("sqlite:///") and database != ":memory:" and not Path(database).is_file():
+    if missing_store(uri):
         raise TrackingError(
             f"no MLflow store at {uri}: nothing has been run with it; run from the folder "
             "holding mlflow.db, or pass --tracking-uri (tracking_uri=) or set MLFLOW_TRACKING_URI"

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from bayesflow.errors import TrackingError
 
-__all__ = ["DEFAULT_TRACKING_URI", "PROBE_SECONDS", "SQLITE_PREFIX", "probe_server", "resolve_tracking_uri"]
+__all__ = [
+    "DEFAULT_TRACKING_URI", "PROBE_SECONDS", "SQLITE_PREFIX", "missing_store", "probe_server",
+    "resolve_tracking_uri",
+]
 
 SQLITE_PREFIX = "sqlite:///"
 
@@ -78,3 +81,10 @@ def probe_server(uri: str, timeout: float = PROBE_SECONDS) -> None:
             "`tracking.uri` / MLFLOW_TRACKING_URI at a store that exists (e.g. "
             "sqlite:///mlflow.db)"
         ) from None
+
+
+def missing_store(uri: str) -> bool:
+    """Whether ``uri`` names a SQLite store whose file is not there. Reading from it would
+    make MLflow create an empty store and then call every run unknown."""
+    database = uri.removeprefix(SQLITE_PREFIX).split("?", 1)[0]
+    return uri.startswith(SQLITE_PREFIX) and database != ":memory:" and not Path(database).is_file()
