@@ -116,7 +116,7 @@ def plan_table(workflow: LoadedSpec | Prepared, force: Sequence[str] | bool = Fa
         workflow: a loaded spec (its data are loaded to plan it), or a :class:`Prepared`.
         force: True, or glob patterns of stage names a run would recompute.
     """
-    from bayesflow.dag.plan import describe_change
+    from bayesflow.dag.changes import describe_change
 
     prepared = prepare(workflow)
     cache = Cache(prepared.loaded.spec.execution.cache_dir)

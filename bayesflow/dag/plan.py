@@ -23,6 +23,7 @@ and reports see the same cells as without vectorising.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -35,8 +36,9 @@ from bayesflow.spec.models import WorkflowSpec
 __all__ = [
     "Plan",
     "Stage",
-    "describe_change",
+    "add_summaries",
     "format_temperature",
+    "plan_cells",
     "plan_workflow",
 ]
 
@@ -69,6 +71,9 @@ class Stage:
         config: the canonical config that went into the key.
         optional_inputs: the stage runs on whichever inputs finished (plots and the
             report show the failed cells); else a failed input skips it.
+        variant: in a sweep, the label of the variant the stage belongs to
+            (``prior.variance=0.1``); empty otherwise and for plots and the report.
+        swept: in a sweep, the variant's swept keys and raw values.
     """
 
     name: str
@@ -81,6 +86,8 @@ class Stage:
     seed: int | None = None
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     optional_inputs: bool = False
+    variant: str = ""
+    swept: tuple[tuple[str, str], ...] = ()
 
     @property
     def cacheable(self) -> bool:
@@ -120,6 +127,7 @@ class Plan:
         return counts
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -166,7 +174,8 @@ def _fit_name(method: str, temperature: float | None, seed: int) -> str:
 def plan_workflow(
     spec: WorkflowSpec, data_digest: str, code: dict[str, str] | None = None
 ) -> Plan:
-    """Plan ``spec`` into stages.
+    """Plan ``spec`` into stages: its cells (:func:`plan_cells`), then the plots and the
+    report over them (:func:`add_summaries`).
 
     Args:
         spec: the validated workflow.
@@ -176,7 +185,14 @@ def plan_workflow(
             API computes them (:func:`bayesflow.report.render.source_digest`), so the
             planner never reads the report layer. Missing digests are left out of keys.
     """
-    code = code or {}
+    stages = plan_cells(spec, data_digest)
+    add_summaries(stages, spec, code or {}, _hash(spec.model_dump(mode="json")))
+    return Plan(spec.name, stages)
+
+
+def plan_cells(spec: WorkflowSpec, data_digest: str) -> dict[str, Stage]:
+    """The fits, curvature passes and evaluations of every method × temperature × seed
+    cell of ``spec``, and its prior predictive check: every stage but plots and report."""
     base = {
         "data": data_digest,
         "model": spec.model.model_dump(mode="json"),
@@ -303,97 +319,54 @@ def plan_workflow(
                     name, "evaluate", inputs, _hash(payload), method, fit.engine,
                     temperature, seed, payload,
                 )
-    # Plots and the report read every cell's fit and evaluation, whichever finished
-    # (optional inputs); their keys cover those inputs' keys by name (two methods with
-    # equal settings are two cells), the figure code or template, and the versions.
-    cells: list[dict[str, Any]] = [
-        {"cell": s.name.replace("evaluate/", "fit/", 1), "evaluation": s.name, "method": s.method,
-         "engine": s.engine, "temperature": s.temperature, "seed": s.seed}
-        for s in stages.values() if s.kind == "evaluate"
-    ]
-    results = tuple(str(name) for cell in cells for name in (cell["cell"], cell["evaluation"]))
-    keys = {name: stages[name].key for name in results}
-    figure_code = code.get("figures", "")
-    plot_names = []
-    for plot in spec.plots:
-        name = f"plot/{plot}"
-        payload = {"plot": plot, "code": figure_code, "cells": cells, "inputs": keys,
-                   "versions": base["versions"]}
-        stages[name] = Stage(name, "plot", results, _hash(payload), config=payload, optional_inputs=True)
-        plot_names.append(name)
-    extra: tuple[str, ...] = ()
     if spec.evaluate.prior_predictive:
         payload = {**base, "draws": spec.evaluate.prior_draws, "seed": spec.seeds[0]}
         stages["prior_predictive"] = Stage(
             "prior_predictive", "prior_predictive", (), _hash(payload), seed=spec.seeds[0],
             config=payload,
         )
-        extra = ("prior_predictive",)
+    return stages
+
+
+def _cell(stage: Stage) -> dict[str, Any]:
+    """An evaluate stage as a cell of a plot or report stage's config (with its variant
+    and swept values in a sweep)."""
+    cell: dict[str, Any] = {
+        "cell": stage.name.replace("evaluate/", "fit/", 1), "evaluation": stage.name,
+        "method": stage.method, "engine": stage.engine, "temperature": stage.temperature,
+        "seed": stage.seed,
+    }
+    if stage.swept:
+        cell.update(variant=stage.variant, swept=dict(stage.swept))
+    return cell
+
+
+def add_summaries(stages: dict[str, Stage], spec: WorkflowSpec, code: dict[str, str], spec_digest: str) -> None:
+    """Add the plots and the report of ``spec`` over every cell in ``stages`` (in place).
+
+    Their inputs are optional (they read whichever cells finished); their keys cover
+    those inputs' keys by name (two methods with equal settings are two cells), the figure
+    code or template (``code``), the versions and, for the report, ``spec_digest`` (the
+    report shows the whole spec).
+    """
+    cells = [_cell(stage) for stage in stages.values() if stage.kind == "evaluate"]
+    results = tuple(str(name) for cell in cells for name in (cell["cell"], cell["evaluation"]))
+    keys = {name: stages[name].key for name in results}
+    plot_names = []
+    for plot in spec.plots:
+        name = f"plot/{plot}"
+        payload = {"plot": plot, "code": code.get("figures", ""), "cells": cells, "inputs": keys,
+                   "versions": _versions()}
+        stages[name] = Stage(name, "plot", results, _hash(payload), config=payload, optional_inputs=True)
+        plot_names.append(name)
+    extra = tuple(name for name, stage in stages.items() if stage.kind == "prior_predictive")
     if spec.report.enabled:
         inputs = (*results, *plot_names, *extra)
         payload = {
-            "report": spec.report.model_dump(mode="json"),
-            "code": code.get("report", ""),
-            "spec": _hash(spec.model_dump(mode="json")),  # the report shows the whole spec
-            "cells": cells, "inputs": {name: stages[name].key for name in inputs},
-            "versions": base["versions"],
+            "report": spec.report.model_dump(mode="json"), "code": code.get("report", ""),
+            "spec": spec_digest, "cells": cells,
+            "inputs": {name: stages[name].key for name in inputs}, "versions": _versions(),
         }
         stages["report"] = Stage(
             "report", "report", inputs, _hash(payload), config=payload, optional_inputs=True
         )
-    return Plan(spec.name, stages)
-
-
-# Where each part of a stage's config payload (built by plan_workflow) sits in a spec.
-_SPEC_KEYS = {"convention": "temperature_convention", "device": "execution.device"}
-_MISSING = object()
-_SHOWN_CHANGES = 3
-
-
-def _leaves(payload: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    """The payload flattened to key paths (lists are leaves: they change as a whole)."""
-    if not isinstance(payload, dict) or not payload:
-        return {path: payload}
-    flat: dict[tuple[str, ...], Any] = {}
-    for key, item in payload.items():
-        flat.update(_leaves(item, (*path, str(key))))
-    return flat
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def describe_change(stage: Stage, previous: dict[str, Any]) -> str:
-    """Why ``stage`` is stale: what differs between the config it last finished under
-    (``previous``, from the cache's index) and its config now, in the spec's words, e.g.
-    ``methods.sghmc.lr changed 0.01 → 0.02``, ``data changed``, ``versions changed``."""
-    before, after = _leaves(previous), _leaves(stage.config)
-    phrases: list[str] = []
-    for path in sorted(set(before) | set(after)):
-        old, new = before.get(path, _MISSING), after.get(path, _MISSING)
-        if old == new:
-            continue
-        head = path[0] if path else ""
-        if head == "data":
-            phrase = "data changed"
-        elif head == "versions":
-            phrase = f"versions changed ({'.'.join(path[1:])} {_show(old)} → {_show(new)})"
-        elif head in ("inputs", "fit", "reference"):
-            phrase = f"input {', '.join(stage.inputs) or 'stage'} changed"
-        else:
-            where = f"methods.{stage.method}" if head == "method" else _SPEC_KEYS.get(head, head)
-            key = ".".join((where, *path[1:])) if path else "config"
-            if old is _MISSING:
-                phrase = f"{key} added ({_show(new)})"
-            elif new is _MISSING:
-                phrase = f"{key} removed (was {_show(old)})"
-            else:
-                phrase = f"{key} changed {_show(old)} → {_show(new)}"
-        if phrase not in phrases:
-            phrases.append(phrase)
-    if not phrases:
-        return "its key changed"
-    more = len(phrases) - _SHOWN_CHANGES
-    return "; ".join(phrases[:_SHOWN_CHANGES]) + (f"; and {more} more" if more > 0 else "")
