@@ -21,8 +21,8 @@ of docs/design.md ("Seeds and streams") from ``generator = torch.Generator().man
 1. the starts: ``problem.init_params(generator)`` once per chain, chain 0 first (a single-
    chain method starts where chain 0 of the parallel run starts);
 2. the minibatch order of every epoch: ``randperm(N)`` for one chain, or
-   ``rand((K, N)).argsort(dim=1, stable=True)`` for K independent chains (row k is chain
-   k's order), all epochs drawn here;
+   ``bayesflow.engines.fit.chain_orders(N, K, generator).full()`` for K independent chains
+   (row k is chain k's order), all epochs drawn here;
 3. then bayesflow's ``engine.init`` draws the SGHMC momenta from the same generator, and the
    peer is given those momenta.
 
@@ -44,6 +44,7 @@ from torch.func import functional_call, vmap
 from torch.nn import functional
 
 from bayesflow.engines.base import Batch, ChainBatch, Problem
+from bayesflow.engines.fit import chain_orders
 from bayesflow.likelihoods import Likelihood
 
 __all__ = [
@@ -195,8 +196,7 @@ def draw(digits: Digits, seed: int, chains: int, epochs: int) -> Draws:
         if chains == 1:
             orders.append(torch.randperm(count, generator=generator))
         else:
-            keys = torch.rand((chains, count), generator=generator)
-            orders.append(keys.argsort(dim=1, stable=True))
+            orders.append(chain_orders(count, chains, generator).full())
     return Draws(starts.to(problem.device), orders, generator)
 
 

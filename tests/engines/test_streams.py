@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.func import grad_and_value, vmap
 
 from bayesflow.engines.base import ChainBatch, Engine, Problem
-from bayesflow.engines.fit import fit, minibatches
+from bayesflow.engines.fit import chain_orders, fit, minibatches
 from bayesflow.engines.gradient import chain_gradient
 from bayesflow.engines.sgmcmc import chain_starts
 from bayesflow.likelihoods import categorical
@@ -95,7 +95,7 @@ def test_each_chain_batch_row_is_its_own_permutation() -> None:
     seen = torch.cat([batch.targets for batch in batches], 1)
     assert torch.equal(seen.sort(1).values, torch.arange(POINTS).expand(CHAINS, -1))
     assert len({tuple(row.tolist()) for row in seen}) == CHAINS
-    orders = torch.rand((CHAINS, POINTS), generator=torch.Generator().manual_seed(0)).argsort(1)
+    orders = chain_orders(POINTS, CHAINS, torch.Generator().manual_seed(0)).full()
     assert torch.equal(seen, orders)
 
 
@@ -168,7 +168,7 @@ def test_summed_gradient_equals_the_vmap_gradient(weights: str, batches: str) ->
 
 def test_deep_ensemble_members_are_map_fits_on_their_own_orders(regression: Regression) -> None:
     """Member k of an independent ensemble is ``map`` from member k's start fed member k's
-    order: row k of ``rand((K, N)).argsort(1)`` drawn each epoch after the starts."""
+    order: row k of ``chain_orders(N, K, generator).full()`` drawn each epoch after the starts."""
     problem, inputs, targets = regression
     optimizer = {"name": "adam", "lr": 0.05}
     config = {"epochs": 4, "batch_size": 64, "optimizer": optimizer}
@@ -179,7 +179,7 @@ def test_deep_ensemble_members_are_map_fits_on_their_own_orders(regression: Regr
     assert members is not None
     replay = torch.Generator().manual_seed(1)
     starts = chain_starts(problem, start, CHAINS, replay)
-    orders = [torch.rand((CHAINS, NUM_DATA), generator=replay).argsort(1) for _ in range(4)]
+    orders = [chain_orders(NUM_DATA, CHAINS, replay).full() for _ in range(4)]
     single = build("map", problem, 1.0, **config)
     for member in range(CHAINS):
         state = single.init(starts[member], torch.Generator())
@@ -216,7 +216,7 @@ def test_initial_weights_and_draws_in_plain_torch() -> None:
     momenta = torch.randn((CHAINS, problem.dimension), generator=plain) * math.sqrt(
         temperature / POINTS
     )
-    orders = torch.rand((CHAINS, POINTS), generator=plain).argsort(1)
+    orders = chain_orders(POINTS, CHAINS, plain).full()
 
     assert torch.equal(state.params, torch.stack(starts))
     torch.testing.assert_close(state.momenta, momenta, rtol=1e-6, atol=0)
