@@ -17,7 +17,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 
-from bayesflow.report.figures import FINISHED, METRIC_LABELS, _format_temperature_axis
+from bayesflow.report.figures import _format_temperature_axis, metric_label
+from bayesflow.report.tables import FINISHED
 
 __all__ = ["comparison_frame", "comparison_metrics", "difference_table", "metric_by_run",
            "spec_difference"]
@@ -62,7 +63,7 @@ def metric_by_run(frame: pd.DataFrame, metric: str, ax: Axes) -> Axes:
             ax.axhline(value, linestyle=style, color=palette[method], linewidth=1.2,
                        label=f"{label} (T → 0)")
     _format_temperature_axis(ax, frame["temperature"])
-    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    ax.set_ylabel(metric_label(metric))
     ax.set_title(f"{metric} against temperature")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
     return ax

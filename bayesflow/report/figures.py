@@ -15,7 +15,6 @@ reference lines. Functions here draw on an ``Axes`` and return it; they never ca
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -25,14 +24,27 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from bayesflow.errors import RegistryError
+from bayesflow.report.tables import (  # results_table and TABLE_METRICS: also read from here
+    FINISHED,
+    MARK,
+    TABLE_METRICS,
+    failed_cells,
+    flagged_rows,
+    results_table,
+    variants,
+)
 
 __all__ = [
+    "FINISHED",
     "METRIC_LABELS",
     "PLOT_METRICS",
+    "TABLE_METRICS",
     "apply_theme",
     "failed_cells",
+    "metric_label",
     "metric_vs_temperature",
     "plot",
+    "plot_metric",
     "results_table",
 ]
 
@@ -41,6 +53,7 @@ METRIC_LABELS: dict[str, str] = {
     "test_accuracy": "test accuracy (higher is better)",
     "test_ece": "test ECE (expected calibration error, lower is better)",
     "test_brier": "test Brier score (mean per point, lower is better)",
+    "test_rmse": "test RMSE of the predictive mean (lower is better)",
     "fit_seconds": "fit time (seconds)",
     "steps": "update steps",
 }
@@ -51,11 +64,15 @@ PLOT_METRICS: dict[str, str] = {
     "accuracy_vs_temperature": "test_accuracy",
     "ece_vs_temperature": "test_ece",
     "brier_vs_temperature": "test_brier",
+    "rmse_vs_temperature": "test_rmse",
+    "coverage_vs_temperature": "test_coverage_90",
 }
-"""Plot names a workflow spec may list, and the metric each draws."""
+"""Plot names a workflow spec may list, and the metric each draws (coverage: of the 90%
+central interval, or of the logged level nearest to it)."""
 
-TABLE_METRICS = ("test_nll", "test_accuracy", "test_ece", "test_brier")
-FINISHED = "FINISHED"  # MLflow's status of a run that ended without error
+LOG_SPAN = 10.0
+"""A metric whose positive values span at least this factor is drawn on a log axis."""
+LINE_STYLES = ("-", "--", ":", "-.")  # one per sweep variant
 
 
 def apply_theme() -> None:
@@ -71,21 +88,38 @@ def plot(name: str, frame: pd.DataFrame, ax: Axes | None = None) -> Axes:
     """
     if name not in PLOT_METRICS:
         raise RegistryError(f"unknown plot {name!r}; expected one of {sorted(PLOT_METRICS)}")
-    return metric_vs_temperature(frame, PLOT_METRICS[name], ax=ax)
+    metric = plot_metric(name, frame)
+    ax = metric_vs_temperature(frame, metric, ax=ax)
+    if metric.startswith("test_coverage_"):
+        level = _coverage_level(metric)
+        ax.axhline(level, color="black", linestyle=":", linewidth=1, gid="nominal")
+    return ax
 
 
-def failed_cells(frame: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
-    """Return the rows that did not finish or whose ``metric`` is missing.
+def plot_metric(name: str, frame: pd.DataFrame) -> str:
+    """The column a plot draws from ``frame``: :data:`PLOT_METRICS`'s, except that the
+    coverage plot takes the logged interval level nearest to 90%."""
+    metric = PLOT_METRICS[name]
+    if metric.startswith("test_coverage_") and metric not in frame.columns:
+        logged = [c for c in frame.columns if str(c).startswith("test_coverage_") and _coverage_level(c) > 0]
+        if logged:
+            metric = min(logged, key=lambda c: abs(_coverage_level(c) - 0.9))
+    return metric
 
-    Args:
-        frame: a results frame.
-        metric: also count a finished run without a finite value of this metric as
-            failed; None looks at the status only.
-    """
-    failed = frame["status"].astype(str) != FINISHED
-    if metric is not None:
-        failed |= ~np.isfinite(pd.to_numeric(frame[metric], errors="coerce"))
-    return frame.loc[failed]
+
+def metric_label(metric: str) -> str:
+    """The axis label of a metric: what it is and which way is better."""
+    if metric.startswith("test_coverage_"):
+        return f"coverage of the {_coverage_level(metric):.0%} predictive interval (nominal is best)"
+    return METRIC_LABELS.get(metric, metric)
+
+
+def _coverage_level(metric: str) -> float:
+    """0.9 for ``test_coverage_90``; 0 when the name holds no level."""
+    try:
+        return float(metric.rsplit("_", 1)[1]) / 100
+    except ValueError:
+        return 0.0
 
 
 def metric_vs_temperature(
@@ -100,7 +134,10 @@ def metric_vs_temperature(
     T → 0 is optimisation) are drawn as dashed horizontal lines at their mean over seeds
     with a ±1 sd band. Failed fits (status not ``FINISHED``
     or a missing metric) are marked with an ``x`` at the bottom of the axis and
-    listed in a note.
+    listed in a note. Fits that carry a flag (a ``flag/<column>`` message, see
+    :mod:`bayesflow.report.tables`) are circled in red. When the positive values span
+    a factor of :data:`LOG_SPAN` or more, the y axis is logarithmic and its label says
+    so. For a sweep (several ``variant`` values), each variant has its own line style.
 
     Args:
         frame: a results frame (see the module docstring).
@@ -118,67 +155,49 @@ def metric_vs_temperature(
         temperature=pd.to_numeric(frame["temperature"], errors="coerce"),
         **{metric: pd.to_numeric(frame[metric], errors="coerce")},
     )
+    styles = {variant: LINE_STYLES[i % len(LINE_STYLES)] for i, variant in enumerate(variants(frame))}
     palette = _palette(frame["method"])
     is_reference = frame["temperature"] <= 0
     if "temperature_shared" in frame.columns:
-        is_reference |= frame["temperature_shared"].astype(bool)
+        is_reference |= frame["temperature_shared"].fillna(False).astype(bool)
     failed = failed_cells(frame, metric)
     succeeded = frame.drop(index=failed.index)
 
-    _draw_sampled(ax, succeeded.loc[~is_reference], metric, palette)
-    _draw_references(ax, succeeded.loc[is_reference], metric, palette)
+    for variant, part in _by_variant(succeeded, styles):
+        inside = is_reference.loc[part.index]
+        _draw_sampled(ax, part.loc[~inside], metric, palette, variant, styles.get(variant, "-"))
+        _draw_references(ax, part.loc[inside], metric, palette, variant, styles.get(variant, "--"))
     _format_temperature_axis(ax, frame.loc[~is_reference, "temperature"])
+    _mark_flagged(ax, succeeded, metric, is_reference.loc[succeeded.index])
     _mark_failed(ax, failed, palette, is_reference.loc[failed.index])
 
-    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    label = metric_label(metric)
+    if _spans_decades(succeeded[metric]):
+        ax.set_yscale("log")
+        label += "\n(log scale: the values span a factor of 10 or more)"
+    ax.set_ylabel(label)
     ax.set_title(f"{metric} against temperature")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small", frameon=True)
     return ax
 
 
-def results_table(frame: pd.DataFrame, metrics: Iterable[str] = TABLE_METRICS) -> pd.DataFrame:
-    """Summarise each metric as ``"mean ± sd"`` over seeds per method and temperature.
-
-    Args:
-        frame: a results frame.
-        metrics: the metric columns to summarise.
-
-    Returns:
-        One row per (method, temperature) in order of first appearance and rising
-        temperature, with ``method``, ``temperature``, ``finished`` ("finished/total"
-        fits) and one formatted string column per metric. Failed fits are left out
-        of the mean; a cell with no finished fit reads ``"failed"``.
-    """
-    metrics = [metric for metric in metrics if metric in frame.columns]
-    method_order = {method: index for index, method in enumerate(pd.unique(frame["method"]))}
-    rows = []
-    for (method, temperature), group in frame.groupby(["method", "temperature"], sort=False):
-        finished = group.loc[group["status"].astype(str) == FINISHED]
-        row = {
-            "method": method,
-            "temperature": float(temperature),
-            "finished": f"{len(finished)}/{len(group)}",
-        }
-        for metric in metrics:
-            row[metric] = _mean_and_spread(finished[metric])
-        rows.append(row)
-    table = pd.DataFrame(rows, columns=["method", "temperature", "finished", *metrics])
-    table = table.sort_values(
-        ["method", "temperature"],
-        key=lambda column: column.map(method_order) if column.name == "method" else column,
-    )
-    return table.reset_index(drop=True)
+def _spans_decades(values: pd.Series) -> bool:
+    """True when every finite value is positive and the largest is at least
+    :data:`LOG_SPAN` times the smallest."""
+    finite = values[np.isfinite(values)]
+    return bool(len(finite) > 1 and (finite > 0).all() and finite.max() >= LOG_SPAN * finite.min())
 
 
-def _mean_and_spread(values: pd.Series) -> str:
-    numbers = pd.to_numeric(values, errors="coerce").dropna()
-    numbers = numbers[np.isfinite(numbers)]
-    if numbers.empty:
-        return "failed"
-    if len(numbers) == 1:
-        return f"{numbers.iloc[0]:.3f}"
-    return f"{numbers.mean():.3f} ± {numbers.std(ddof=1):.3f}"
+def _by_variant(frame: pd.DataFrame, styles: dict[str, str]) -> list[tuple[str | None, pd.DataFrame]]:
+    """The frame split by sweep variant, or whole (variant None) for a plain study."""
+    if not styles:
+        return [(None, frame)]
+    return [(variant, frame.loc[frame["variant"].astype(str) == variant]) for variant in styles]
+
+
+def _label(method: str, variant: str | None) -> str:
+    return _display_name(method) + (f" [{variant}]" if variant is not None else "")
 
 
 def _display_name(method: str) -> str:
@@ -196,7 +215,9 @@ def _palette(methods: pd.Series) -> dict[str, tuple[float, float, float]]:
     return dict(zip(names, colours))
 
 
-def _draw_sampled(ax: Axes, frame: pd.DataFrame, metric: str, palette: dict) -> None:
+def _draw_sampled(
+    ax: Axes, frame: pd.DataFrame, metric: str, palette: dict, variant: str | None, style: str
+) -> None:
     for method, group in frame.groupby("method", sort=False):
         sns.lineplot(
             data=group,
@@ -204,27 +225,48 @@ def _draw_sampled(ax: Axes, frame: pd.DataFrame, metric: str, palette: dict) -> 
             y=metric,
             errorbar="sd",
             marker="o",
+            linestyle=style,
             color=palette[method],
-            label=_display_name(method),
+            label=_label(method, variant),
             ax=ax,
         )
-        ax.lines[-1].set_gid(f"method:{method}")
+        ax.lines[-1].set_gid(f"method:{method}" + (f":{variant}" if variant is not None else ""))
 
 
-def _draw_references(ax: Axes, frame: pd.DataFrame, metric: str, palette: dict) -> None:
+def _draw_references(
+    ax: Axes, frame: pd.DataFrame, metric: str, palette: dict, variant: str | None, style: str
+) -> None:
     for method, group in frame.groupby("method", sort=False):
         mean = group[metric].mean()
         spread = group[metric].std(ddof=1) if len(group) > 1 else math.nan
         line = ax.axhline(
             mean,
-            linestyle="--",
+            linestyle=style,
             linewidth=1.5,
             color=palette[method],
-            label=f"{_display_name(method)} (T → 0)",
+            label=f"{_label(method, variant)} (T → 0)",
         )
-        line.set_gid(f"reference:{method}")
+        line.set_gid(f"reference:{method}" + (f":{variant}" if variant is not None else ""))
         if math.isfinite(spread):
             ax.axhspan(mean - spread, mean + spread, color=palette[method], alpha=0.12, lw=0)
+
+
+def _mark_flagged(ax: Axes, frame: pd.DataFrame, metric: str, is_reference: pd.Series) -> None:
+    """Circle in red each fit that carries a flag: at its own value, and for a
+    temperature-free fit (a horizontal line) at the left edge of the axis."""
+    flagged = frame.loc[flagged_rows(frame)]
+    if flagged.empty:
+        return
+    sampled = flagged.loc[~is_reference.loc[flagged.index] & (flagged["temperature"] > 0)]
+    common: dict = {"s": 110, "facecolors": "none", "edgecolors": "red", "linewidths": 1.6, "zorder": 6}
+    label = f"{MARK} flagged fit (see the flags under the tables)"
+    if not sampled.empty:
+        ax.scatter(sampled["temperature"], sampled[metric], label=label, gid="flagged", **common)
+        label = "_nolegend_"
+    shared = flagged.drop(index=sampled.index)
+    if not shared.empty:
+        ax.scatter(np.full(len(shared), 0.02), shared[metric], transform=ax.get_yaxis_transform(),
+                   clip_on=False, label=label, gid="flagged-shared", **common)
 
 
 def _format_temperature_axis(ax: Axes, temperatures: pd.Series) -> None:

@@ -16,13 +16,12 @@ Every function returns text or a frame and draws nothing, so it is tested withou
 from __future__ import annotations
 
 import html
-
 from typing import Any
 
 import pandas as pd
 import yaml
 
-from bayesflow.report.figures import failed_cells, results_table
+from bayesflow.report.tables import failed_cells, results_table
 
 __all__ = ["escape", "header", "metric_table", "read_spec", "run_links", "spec_block", "what_ran"]
 

@@ -225,7 +225,8 @@ def entries(kind: str) -> list[Entry]:
 
 
 METRIC_WORDS = {"nll": "test NLL", "accuracy": "test accuracy", "ece": "test ECE",
-                "brier": "test Brier score"}
+                "brier": "test Brier score", "rmse": "test RMSE",
+                "coverage": "predictive interval coverage"}
 
 
 def plot_entries() -> list[tuple[str, str]]:

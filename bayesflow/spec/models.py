@@ -9,13 +9,21 @@ keys. Checks that span several keys are in :mod:`bayesflow.spec.relations`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, field_validator
+from pydantic import Field, NonNegativeFloat, ValidationInfo, field_validator
 
 from bayesflow.spec.blocks import DataSpec, LikelihoodSpec, ModelSpec, PriorSpec
 from bayesflow.spec.methods import MethodSpec
-from bayesflow.spec.settings import PLOTS, EvaluateSpec, ExecutionSpec, ReportSpec, TrackingSpec
+from bayesflow.spec.settings import (
+    PLOTS,
+    EvaluateSpec,
+    ExecutionSpec,
+    ReportSpec,
+    TrackingSpec,
+    default_plots,
+    plot_problem,
+)
 from bayesflow.spec.strict import Strict
 
 __all__ = ["WorkflowSpec"]
@@ -53,11 +61,29 @@ class WorkflowSpec(Strict):
     )
     evaluate: EvaluateSpec = Field(default_factory=EvaluateSpec, description="Evaluation.")
     plots: list[Literal[PLOTS]] = Field(  # type: ignore[valid-type]
-        list(PLOTS[:2]), description="Figures drawn in the report."
+        None,
+        validate_default=True,
+        description="Figures drawn in the report, each a metric against temperature. Left "
+        "out: chosen by the likelihood's task (classification: NLL and accuracy; regression: "
+        "NLL, RMSE and interval coverage; energy: none). A plot of a metric the task does "
+        "not log is an error.",
     )
     report: ReportSpec = Field(default_factory=ReportSpec, description="The notebook report.")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="MLflow tracking.")
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec, description="Execution.")
+
+    @field_validator("plots", mode="before")
+    @classmethod
+    def _plots_for_task(cls, plots: Any, info: ValidationInfo) -> Any:
+        likelihood, evaluate = info.data.get("likelihood"), info.data.get("evaluate")
+        task = getattr(likelihood, "TASK", None)
+        if plots is None:
+            return default_plots(task, coverage=bool(getattr(evaluate, "coverage_levels", True)))
+        names = [plot for plot in plots if isinstance(plot, str)] if isinstance(plots, list) else []
+        problem = plot_problem(names, task)
+        if problem:
+            raise ValueError(problem)
+        return plots
 
     @field_validator("seeds")
     @classmethod

@@ -13,7 +13,17 @@ from pydantic import (
 
 from bayesflow.spec.strict import Strict
 
-__all__ = ["PLOTS", "EvaluateSpec", "ExecutionSpec", "KSDSpec", "ReportSpec", "TrackingSpec"]
+__all__ = [
+    "PLOTS",
+    "PLOT_TASKS",
+    "EvaluateSpec",
+    "ExecutionSpec",
+    "KSDSpec",
+    "ReportSpec",
+    "TrackingSpec",
+    "default_plots",
+    "plot_problem",
+]
 
 
 PLOTS: tuple[str, ...] = (
@@ -21,7 +31,49 @@ PLOTS: tuple[str, ...] = (
     "accuracy_vs_temperature",
     "ece_vs_temperature",
     "brier_vs_temperature",
+    "rmse_vs_temperature",
+    "coverage_vs_temperature",
 )
+
+PLOT_TASKS: dict[str, tuple[str, ...]] = {
+    "nll_vs_temperature": ("classification", "regression"),
+    "accuracy_vs_temperature": ("classification",),
+    "ece_vs_temperature": ("classification",),
+    "brier_vs_temperature": ("classification",),
+    "rmse_vs_temperature": ("regression",),
+    "coverage_vs_temperature": ("regression",),
+}
+"""The likelihood tasks whose evaluation logs the metric each plot draws (an energy
+likelihood has no predictive, so no plot applies to it)."""
+
+
+def default_plots(task: str | None, coverage: bool = True) -> list[str]:
+    """The plots a spec that lists none gets: NLL and accuracy for classification; NLL,
+    RMSE and (when coverage levels are evaluated) interval coverage for regression; none
+    for an energy likelihood, which has no predictive to plot."""
+    if task == "regression":
+        return ["nll_vs_temperature", "rmse_vs_temperature"] + (
+            ["coverage_vs_temperature"] if coverage else []
+        )
+    if task == "energy":
+        return []
+    return ["nll_vs_temperature", "accuracy_vs_temperature"]
+
+
+def plot_problem(plots: list[str], task: str | None) -> str | None:
+    """Why some of ``plots`` cannot be drawn for a likelihood of ``task``, or None when
+    every one can."""
+    wrong = [plot for plot in plots if task is not None and task not in PLOT_TASKS.get(plot, (task,))]
+    if not wrong:
+        return None
+    fitting = [name for name, tasks in PLOT_TASKS.items() if task in tasks]
+    if not fitting:
+        return f"the {task} likelihood has no predictive to plot; set `plots: []`"
+    return (
+        f"{', '.join(wrong)} {'draws a metric' if len(wrong) == 1 else 'draw metrics'} that a "
+        f"{task} likelihood does not log; use some of [{', '.join(fitting)}] or leave `plots` "
+        "out for the task's defaults"
+    )
 
 
 class KSDSpec(Strict):

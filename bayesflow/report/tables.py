@@ -1,0 +1,251 @@
+"""Tables over a results frame: means over seeds, the best temperature of each method,
+the flags raised on fits, and the comparison of sweep variants.
+
+Besides the columns :mod:`bayesflow.report.figures` describes, a results frame may hold:
+
+- ``flag/<column>``: a short message when something about a fit's ``<column>`` is out of
+  its expected range (``flag/kinetic_temperature_ratio``: a sampler ran hot;
+  ``flag/train_loss``: a VI fit's ELBO did not converge), ``""`` when nothing is;
+- ``variant`` (with ``swept/<key>`` columns): which point of a sweep over spec keys
+  (``bayesflow run spec.yaml -m prior.variance=0.1,1``) a fit belongs to.
+
+Every function works whether those columns exist or not; without them the tables are
+those of a plain temperature × seed study. A number whose fits carry a flag for its
+column is followed by :data:`MARK`; a flag on a column the table does not show marks
+the ``finished`` count of its row. Nothing here draws or escapes: callers that put the
+text into Markdown escape it (:func:`bayesflow.report.sections.escape`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "FINISHED",
+    "MARK",
+    "best_temperature_table",
+    "failed_cells",
+    "flag_notes",
+    "flagged_rows",
+    "results_table",
+    "summary_metrics",
+    "variant_table",
+    "variants",
+]
+
+FINISHED = "FINISHED"  # MLflow's status of a run that ended without error
+FLAG_PREFIX = "flag/"
+MARK = "⚠"
+"""Follows a number that a flag concerns; the flags are listed under the table."""
+
+TABLE_METRICS = ("test_nll", "test_accuracy", "test_ece", "test_brier", "test_rmse")
+SECOND_METRICS = ("test_accuracy", "test_rmse")  # classification, regression
+
+
+def failed_cells(frame: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
+    """Return the rows that did not finish or whose ``metric`` is missing.
+
+    Args:
+        frame: a results frame.
+        metric: also count a finished run without a finite value of this metric as
+            failed; None looks at the status only.
+    """
+    failed = frame["status"].astype(str) != FINISHED
+    if metric is not None:
+        values = frame[metric] if metric in frame.columns else pd.Series(np.nan, frame.index)
+        failed |= ~np.isfinite(pd.to_numeric(values, errors="coerce"))
+    return frame.loc[failed]
+
+
+def summary_metrics(frame: pd.DataFrame) -> list[str]:
+    """The summary metrics the frame holds a value of, in the order tables show them:
+    NLL, then accuracy, ECE and Brier (classification) or RMSE and the interval
+    coverages (regression)."""
+    coverages = sorted(
+        (column for column in frame.columns if column.startswith("test_coverage_")),
+        key=lambda column: float(column.rsplit("_", 1)[1]) if _is_number(column.rsplit("_", 1)[1]) else 0.0,
+    )
+    return [
+        metric for metric in [*TABLE_METRICS, *coverages]
+        if metric in frame.columns and pd.to_numeric(frame[metric], errors="coerce").notna().any()
+    ]
+
+
+def variants(frame: pd.DataFrame) -> list[str]:
+    """The sweep variants of the frame in order of first appearance; empty when the frame
+    has no ``variant`` column or only one variant (a plain study)."""
+    if "variant" not in frame.columns:
+        return []
+    found = [str(value) for value in pd.unique(frame["variant"].dropna())]
+    return found if len(found) > 1 else []
+
+
+def _flag_columns(frame: pd.DataFrame) -> dict[str, str]:
+    """``{column: "flag/column"}`` for every flag column of the frame."""
+    return {c[len(FLAG_PREFIX):]: c for c in frame.columns if str(c).startswith(FLAG_PREFIX)}
+
+
+def _messages(values: pd.Series) -> pd.Series:
+    """Flag values as stripped strings, ``""`` for no flag (empty, None or NaN)."""
+    return values.map(lambda value: "" if value is None or value is pd.NA or (
+        isinstance(value, float) and np.isnan(value)) else str(value).strip())
+
+
+def flagged_rows(frame: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.Series:
+    """True for each row carrying a flag on one of ``columns`` (None: on any column)."""
+    flags = _flag_columns(frame)
+    wanted = flags if columns is None else {c: flags[c] for c in columns if c in flags}
+    result = pd.Series(False, index=frame.index)
+    for flag in wanted.values():
+        result |= _messages(frame[flag]) != ""
+    return result
+
+
+def flag_notes(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per flag raised on a finished fit: (``variant``,) ``method``,
+    ``temperature``, ``seed``, ``column`` (what it concerns) and ``message``."""
+    keyed = ["variant"] if variants(frame) else []
+    columns = [*keyed, "method", "temperature", "seed", "column", "message"]
+    finished = frame.loc[frame["status"].astype(str) == FINISHED] if "status" in frame else frame
+    rows = []
+    for column, flag in _flag_columns(finished).items():
+        messages = _messages(finished[flag])
+        for index in messages.index[messages != ""]:
+            row = finished.loc[index]
+            rows.append({**{key: row[key] for key in [*keyed, "method", "temperature", "seed"]},
+                         "column": column, "message": messages[index]})
+    notes = pd.DataFrame(rows, columns=columns)
+    return notes.sort_values([*keyed, "method", "temperature", "seed"], kind="stable").reset_index(drop=True)
+
+
+def results_table(frame: pd.DataFrame, metrics: Iterable[str] = TABLE_METRICS) -> pd.DataFrame:
+    """Summarise each metric as ``"mean ± sd"`` over seeds per method and temperature
+    (and per variant, for a sweep).
+
+    Args:
+        frame: a results frame.
+        metrics: the metric columns to summarise; those the frame lacks are left out.
+
+    Returns:
+        One row per (variant,) method and temperature in order of first appearance and
+        rising temperature, with ``method``, ``temperature``, ``finished``
+        ("finished/total" fits) and one formatted string column per metric. Failed fits
+        are left out of the mean; a cell with no finished fit reads ``"failed"``. A
+        value whose fits carry a flag on its column is followed by :data:`MARK`, and
+        ``finished`` is when a flag concerns a column the table does not show.
+    """
+    metrics = [metric for metric in metrics if metric in frame.columns]
+    keys = (["variant"] if variants(frame) else []) + ["method", "temperature"]
+    other_flags = [column for column in _flag_columns(frame) if column not in metrics]
+    rows = []
+    for values, group in frame.groupby(keys, sort=False):
+        finished = group.loc[group["status"].astype(str) == FINISHED]
+        row = dict(zip(keys, values))
+        row["temperature"] = float(row["temperature"])
+        row["finished"] = _marked(f"{len(finished)}/{len(group)}", finished, other_flags)
+        for metric in metrics:
+            row[metric] = _marked(_mean_and_spread(finished[metric]), finished, [metric])
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=[*keys, "finished", *metrics])
+    return _in_order(table, frame, keys).reset_index(drop=True)
+
+
+def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:
+    """For each method (and variant), the temperature with the best mean ``metric`` over
+    seeds (the lowest: the metric is a loss such as the NLL), with its mean ± sd, the
+    accuracy (classification) or RMSE (regression) there, and how many seeds finished.
+
+    A method whose fit does not depend on the temperature (``temperature_shared``,
+    logged at T = 0: MAP, ensembles, maximum likelihood) has one row, its temperature
+    reading ``"any (T → 0)"``. Flags mark the numbers as in :func:`results_table`.
+
+    Returns:
+        Columns (``variant``,) ``method``, ``best T``, ``metric``, the second metric when
+        the frame has one, and ``seeds finished``; empty when the frame lacks ``metric``.
+    """
+    second = next((m for m in SECOND_METRICS if m in summary_metrics(frame)), None)
+    shown = [metric] + ([second] if second else [])
+    keyed = ["variant"] if variants(frame) else []
+    columns = [*keyed, "method", "best T", *shown, "seeds finished"]
+    if metric not in frame.columns:
+        return pd.DataFrame(columns=columns)
+    values = frame.assign(**{m: pd.to_numeric(frame[m], errors="coerce") for m in shown})
+    rows = []
+    for key, group in values.groupby([*keyed, "method"], sort=False):
+        finished = group.loc[(group["status"].astype(str) == FINISHED) & np.isfinite(group[metric])]
+        means = finished.groupby("temperature")[metric].mean()
+        best = float(means.idxmin()) if not means.empty else float(group["temperature"].iloc[0])
+        cell = group.loc[group["temperature"] == best]
+        done = finished.loc[finished["temperature"] == best]
+        shared = _shared(cell)
+        row = dict(zip([*keyed, "method"], key if isinstance(key, tuple) else (key,)))
+        row["best T"] = "any (T → 0)" if shared else (f"{best:g}" if not means.empty else "—")
+        for name in shown:
+            row[name] = _marked(_mean_and_spread(done[name]), done, [name])
+        row["seeds finished"] = _marked(
+            f"{done['seed'].nunique()}/{cell['seed'].nunique()}", done,
+            [c for c in _flag_columns(frame) if c not in shown],
+        )
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def variant_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:
+    """Along the swept keys: one row per method, one column per variant holding the best
+    temperature's mean ``metric`` and that temperature (``"0.412 ± 0.010 (T=0.1)"``).
+    Empty for a frame without several variants."""
+    found = variants(frame)
+    if not found:
+        return pd.DataFrame()
+    best = best_temperature_table(frame, metric)
+    if best.empty:
+        return pd.DataFrame()
+    best["cell"] = best[metric] + " (T=" + best["best T"].str.replace("any (T → 0)", "→ 0", regex=False) + ")"
+    wide = best.pivot(index="method", columns="variant", values="cell")
+    methods = list(pd.unique(frame["method"]))
+    wide = wide.reindex(index=[m for m in methods if m in wide.index], columns=found)
+    return wide.fillna("—").reset_index().rename_axis(columns=None)
+
+
+def _shared(cell: pd.DataFrame) -> bool:
+    """True when the fits of a cell do not depend on the temperature."""
+    shared = bool((pd.to_numeric(cell["temperature"], errors="coerce") <= 0).all())
+    if "temperature_shared" in cell.columns:
+        shared |= bool(cell["temperature_shared"].fillna(False).astype(bool).all())
+    return shared
+
+
+def _marked(text: str, rows: pd.DataFrame, columns: list[str]) -> str:
+    """``text`` followed by :data:`MARK` when one of ``rows`` has a flag on ``columns``."""
+    return f"{text} {MARK}" if columns and flagged_rows(rows, columns).any() else text
+
+
+def _in_order(table: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Sort by the frame's order of first appearance of variants and methods, then by
+    rising temperature."""
+    orders = {key: {v: i for i, v in enumerate(pd.unique(frame[key]))} for key in keys if key != "temperature"}
+    return table.sort_values(
+        keys, key=lambda column: column.map(orders[column.name]) if column.name in orders else column,
+        kind="stable",
+    )
+
+
+def _mean_and_spread(values: pd.Series) -> str:
+    numbers = pd.to_numeric(values, errors="coerce").dropna()
+    numbers = numbers[np.isfinite(numbers)]
+    if numbers.empty:
+        return "failed"
+    if len(numbers) == 1:
+        return f"{numbers.iloc[0]:.3f}"
+    return f"{numbers.mean():.3f} ± {numbers.std(ddof=1):.3f}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
