@@ -6,7 +6,16 @@
     frame = bayesflow.results(outcome.run_id, tracking_uri=outcome.tracking_uri)
 
 A run loads its data once and plans once: :func:`prepare` does both, and :func:`run`
-and :func:`plan_table` take its :class:`Prepared` as well as a loaded spec. The readers of
+and :func:`plan_table` take its :class:`Prepared` as well as a loaded spec.
+
+A sweep is ``load`` with ``multirun=True`` (the command line's ``-m``): overrides whose
+values hold top-level commas sweep their key, and the result, a
+:class:`~bayesflow.spec.sweep.Sweep`, goes to ``prepare``, ``plan_table`` and ``run``
+like a loaded spec::
+
+    sweep = bayesflow.load("spec.yaml", ["prior.variance=0.1,1", "seeds=[0]"], multirun=True)
+    outcome = bayesflow.run(sweep)          # one parent run, every variant's cells
+    frame = outcome.results()               # with `variant` and `swept/<key>` columns The readers of
 finished runs (``results``, ``histories``, ``posteriors``, ...) live in
 :mod:`bayesflow.tracking.read` and are exported here unchanged.
 """
@@ -17,13 +26,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from bayesflow.dag.cache import Cache
 from bayesflow.dag.plan import Plan, plan_workflow
 from bayesflow.dag.scheduler import Hook, Outcome, execute, stage_status
-from bayesflow.data import Dataset, load_dataset
+from bayesflow.data import Dataset
 from bayesflow.spec.load import LoadedSpec, load_spec
+from bayesflow.spec.sweep import Sweep, load_sweep
 from bayesflow.tracking.read import (
     artifacts,
     compare,
@@ -34,28 +44,47 @@ from bayesflow.tracking.read import (
     results,
     run_spec,
 )
+from bayesflow.variants import load_data, plan_variants, variant_runner
 
 if TYPE_CHECKING:
     import pandas
 
 __all__ = [
-    "Prepared", "RunResult", "artifacts", "compare", "evaluations", "histories", "load", "plan",
-    "plan_table", "posteriors", "prepare", "report", "results", "run", "run_spec",
+    "Prepared", "RunResult", "Sweep", "artifacts", "compare", "evaluations", "histories", "load",
+    "plan", "plan_table", "posteriors", "prepare", "report", "results", "run", "run_spec",
     "tracking_uri_of",
 ]
 
+Workflow = LoadedSpec | Sweep
 
-def load(source: str | Path | dict[str, Any], overrides: Sequence[str] = ()) -> LoadedSpec:
-    """Load and validate a spec (a YAML path or a mapping) with optional overrides."""
+
+@overload
+def load(source: str | Path | dict[str, Any], overrides: Sequence[str] = ...,
+         *, multirun: Literal[False] = ...) -> LoadedSpec: ...
+@overload
+def load(source: str | Path | dict[str, Any], overrides: Sequence[str] = ...,
+         *, multirun: Literal[True]) -> Sweep: ...
+@overload
+def load(source: str | Path | dict[str, Any], overrides: Sequence[str] = ...,
+         *, multirun: bool) -> LoadedSpec | Sweep: ...
+def load(
+    source: str | Path | dict[str, Any], overrides: Sequence[str] = (), *, multirun: bool = False
+) -> LoadedSpec | Sweep:
+    """Load and validate a spec (a YAML path or a mapping) with optional overrides.
+
+    With ``multirun`` (the command line's ``-m``), overrides such as
+    ``prior.variance=0.1,1`` sweep their key: the result is a
+    :class:`~bayesflow.spec.sweep.Sweep` of every variant, each validated.
+
+    Raises:
+        SpecError: every problem, located (for a sweep, naming the variant).
+    """
+    if multirun:
+        return load_sweep(source, list(overrides))
     return load_spec(source, list(overrides))
 
 
-def _dataset(loaded: LoadedSpec) -> Dataset:
-    from bayesflow.data import check_data
-
-    dataset = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
-    check_data(dataset, loaded.spec.likelihood.name)  # before any fit: a DataError, exit 3
-    return dataset
+_dataset = load_data
 
 
 def code_digests(loaded: LoadedSpec) -> dict[str, str]:
@@ -69,8 +98,10 @@ def code_digests(loaded: LoadedSpec) -> dict[str, str]:
     return digests
 
 
-def plan(loaded: LoadedSpec, dataset: Dataset | None = None) -> Plan:
-    """Plan a loaded spec into stages (loads the data to know its digest)."""
+def plan(loaded: LoadedSpec | Sweep, dataset: Dataset | None = None) -> Plan:
+    """Plan a loaded spec or a sweep into stages (loads the data to know its digest)."""
+    if isinstance(loaded, Sweep):
+        return prepare(loaded).plan
     dataset = dataset if dataset is not None else _dataset(loaded)
     return plan_workflow(loaded.spec, dataset.digest, code_digests(loaded))
 
@@ -80,40 +111,54 @@ class Prepared:
     """A workflow ready to run: its spec, its data (loaded and checked once) and its plan.
 
     Attributes:
-        loaded: the validated spec.
-        dataset: the loaded data.
-        plan: the plan of ``loaded`` on ``dataset``.
+        loaded: the validated spec (of a sweep, its first variant).
+        dataset: the loaded data (of a sweep, the first variant's).
+        plan: the plan of ``loaded`` on ``dataset`` (of a sweep, of every variant).
+        sweep: the sweep, when this is one.
+        datasets: of a sweep, each variant's data by its label (equal ``data`` blocks
+            loaded once).
     """
 
     loaded: LoadedSpec
     dataset: Dataset
     plan: Plan
+    sweep: Sweep | None = None
+    datasets: dict[str, Dataset] = field(default_factory=dict)
 
 
-def prepare(loaded: LoadedSpec | Prepared) -> Prepared:
+def prepare(loaded: Workflow | Prepared) -> Prepared:
     """Load and check the data of ``loaded`` and plan it, once, for :func:`run` and
-    :func:`plan_table` to share (a :class:`Prepared` is returned as it is).
+    :func:`plan_table` to share (a :class:`Prepared` is returned as it is). A sweep's
+    data are loaded once per distinct ``data`` block.
 
     Raises:
         DataError: the data cannot be used with the spec's likelihood.
     """
     if isinstance(loaded, Prepared):
         return loaded
+    if isinstance(loaded, Sweep):
+        the_plan, datasets = plan_variants(loaded, code_digests(loaded.first))
+        return Prepared(loaded.first, datasets[loaded.variants[0].label], the_plan, loaded, datasets)
     dataset = _dataset(loaded)
     return Prepared(loaded, dataset, plan_workflow(loaded.spec, dataset.digest, code_digests(loaded)))
 
 
-def _cache_folder(workflow: LoadedSpec | Prepared) -> str:
-    loaded = workflow.loaded if isinstance(workflow, Prepared) else workflow
+def _cache_folder(workflow: Workflow | Prepared) -> str:
+    if isinstance(workflow, Prepared):
+        loaded = workflow.loaded
+    else:
+        loaded = workflow.first if isinstance(workflow, Sweep) else workflow
     return str(loaded.spec.execution.cache_dir)
 
 
-def plan_table(workflow: LoadedSpec | Prepared, force: Sequence[str] | bool = False) -> list[dict[str, Any]]:
+def plan_table(workflow: Workflow | Prepared, force: Sequence[str] | bool = False) -> list[dict[str, Any]]:
     """One row per stage: name, kind, status (new / cached / stale / forced / always), the
-    reason of a stale status (what changed since the stage last finished), key, inputs.
+    reason of a stale status (what changed since the stage last finished), key, inputs,
+    and of a sweep's stage its ``variant`` (the label; empty for plots and the report).
 
     Args:
-        workflow: a loaded spec (its data are loaded to plan it), or a :class:`Prepared`.
+        workflow: a loaded spec or a sweep (its data are loaded to plan it), or a
+            :class:`Prepared`.
         force: True, or glob patterns of stage names a run would recompute.
     """
     from bayesflow.dag.changes import describe_change
@@ -128,15 +173,16 @@ def plan_table(workflow: LoadedSpec | Prepared, force: Sequence[str] | bool = Fa
         reason = describe_change(stage, previous.get("config") or {}) if status == "stale" else ""
         rows.append({
             "stage": stage.name, "kind": stage.kind, "status": status, "reason": reason,
-            "key": stage.key, "inputs": list(stage.inputs),
+            "key": stage.key, "inputs": list(stage.inputs), "variant": stage.variant,
         })
     return rows
 
 
-def tracking_uri_of(loaded: LoadedSpec) -> str:
+def tracking_uri_of(loaded: Workflow) -> str:
     """The spec's tracking URI made absolute (relative SQLite paths are from the cwd)."""
     from bayesflow.tracking import resolve_tracking_uri
 
+    loaded = loaded.first if isinstance(loaded, Sweep) else loaded
     return resolve_tracking_uri(loaded.spec.tracking.uri, Path.cwd())
 
 
@@ -182,7 +228,7 @@ class RunResult:
 
 @Cache.holding_lock(_cache_folder)  # one run per cache folder
 def run(
-    workflow: LoadedSpec | Prepared,
+    workflow: Workflow | Prepared,
     *,
     force: Sequence[str] | bool = False,
     keep_going: bool | None = None,
@@ -192,7 +238,8 @@ def run(
     """Run a workflow: plan, execute every stage with caching, track, report.
 
     Args:
-        workflow: the validated spec, or a :class:`Prepared` (its data and plan reused).
+        workflow: the validated spec, a sweep (one parent run over every variant), or
+            a :class:`Prepared` (its data and plan reused).
         force: True to rerun every stage, or glob patterns of stage names to rerun.
         keep_going: keep running independent stages after a failure (default: the
             spec's ``execution.keep_going``, itself True by default for sweeps).
@@ -212,21 +259,32 @@ def run(
         tracker = MlflowTracker(tracking_uri_of(loaded))
     experiment = spec.tracking.experiment or spec.name
     end_stale_runs(tracker, experiment)
+    sweep = prepared.sweep
+    swept: dict[str, Any] = {} if sweep is None else {
+        "swept_keys": list(sweep.keys), "variants": len(sweep.variants)}
     parent_id = tracker.start_run(
         experiment, f"{spec.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
         params={
             "workflow": spec.name, "temperature_convention": spec.temperature_convention,
             "temperatures": list(spec.temperatures), "seeds": list(spec.seeds),
             "methods": list(spec.methods), "dataset": spec.data.name, "data_digest": dataset.digest[:16],
+            **swept,
         },
         tags={"bayesflow.role": "parent", "bayesflow.workflow": spec.name,
-              "bayesflow.plan_key": the_plan.key, **process_tags()},
+              "bayesflow.plan_key": the_plan.key, **process_tags(),
+              **({"bayesflow.sweep": " | ".join(v.label for v in sweep.variants)[:5000]} if sweep else {})},
     )
     tracker.log_text(parent_id, loaded.to_yaml(), "spec/resolved.yaml")
     report_dir = report_folder(spec.report.output_dir, spec.name, parent_id)
     cache = Cache(spec.execution.cache_dir)
-    tracking = TrackingHook(tracker, loaded, the_plan, parent_id, experiment)
-    runner = StageRunner(loaded, dataset)
+    runner: Any = StageRunner(loaded, dataset)
+    variants: dict[str, LoadedSpec] = {}
+    if sweep is not None:  # each variant's stages run on its own spec and data
+        variants = {item.label: item.loaded for item in sweep.variants}
+        runner = variant_runner(sweep, prepared.datasets)
+        for item in sweep.variants:
+            tracker.log_text(parent_id, item.loaded.to_yaml(), f"spec/variants/{item.tag}.yaml")
+    tracking = TrackingHook(tracker, loaded, the_plan, parent_id, experiment, variants=variants)
     going = spec.execution.keep_going if keep_going is None else keep_going
     backend = _backend(loaded, runner)
     try:

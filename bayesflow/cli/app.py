@@ -20,7 +20,8 @@ from rich.console import Console
 from bayesflow.errors import BayesflowError
 
 __all__ = [
-    "DEBUG", "FORCE_OPTION", "OUT_OPTION", "TRACKING_URI_OPTION", "OVERRIDES_ARGUMENT", "REGISTRIES", "SPEC_ARGUMENT",
+    "DEBUG", "FORCE_OPTION", "MULTIRUN_OPTION", "OUT_OPTION", "TRACKING_URI_OPTION", "OVERRIDES_ARGUMENT",
+    "REGISTRIES", "SPEC_ARGUMENT",
     "app", "console", "guarded", "load", "output", "print_table",
 ]
 
@@ -46,6 +47,11 @@ OVERRIDES_ARGUMENT = typer.Argument(
     None,
     metavar="KEY=VALUE",
     help="Overrides such as `temperatures=[0.1,1] methods.vi.epochs=5` (`+key=value` adds a key).",
+)
+MULTIRUN_OPTION = typer.Option(
+    False, "--multirun", "-m",
+    help="Sweep: an override with comma-separated values (`prior.variance=0.1,1`, "
+    "`model.hidden=[32,32],[64,64]`) runs every combination, as one run.",
 )
 FORCE_OPTION = typer.Option(
     None, "--force", help="Rerun stages whose name matches this glob (repeatable; `*` for all)."
@@ -103,10 +109,21 @@ def guarded(command: Callable[..., None]) -> Callable[..., None]:
     return guarded
 
 
-def load(spec: Path, overrides: list[str] | None) -> Any:
+def load(spec: Path, overrides: list[str] | None, multirun: bool = False) -> Any:
+    """The spec with its overrides (a sweep with ``multirun``); a spec error raised
+    without ``-m`` by overrides that would sweep says so."""
     from bayesflow.api import load
+    from bayesflow.errors import SpecError
+    from bayesflow.spec.sweep import unswept_commas
 
-    return load(spec, overrides or [])
+    try:
+        return load(spec, overrides or [], multirun=multirun)
+    except SpecError as error:
+        sweeping = [] if multirun else unswept_commas(overrides or [])
+        if not sweeping:
+            raise
+        hint = f"to sweep {', '.join(repr(text) for text in sweeping)}, add -m (multirun)"
+        raise SpecError([*error.problems, hint], error.path) from None
 
 
 def print_table(renderable: Any) -> None:

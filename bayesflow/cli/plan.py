@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from bayesflow.cli.app import (
+    MULTIRUN_OPTION,
     OVERRIDES_ARGUMENT,
     SPEC_ARGUMENT,
     app,
@@ -61,11 +62,12 @@ def plan(
     overrides: list[str] | None = OVERRIDES_ARGUMENT,
     dag: bool = typer.Option(False, "--dag", help="Show the graph: each stage and its inputs."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    multirun: bool = MULTIRUN_OPTION,
 ) -> None:
     """Show the stages a run would execute: new, cached or stale (and why)."""
     from bayesflow.api import plan_table
 
-    loaded = load(spec, overrides)
+    loaded = load(spec, overrides, multirun)
     rows = plan_table(loaded)
     if as_json:
         output.print_json(json.dumps(rows))
@@ -73,7 +75,7 @@ def plan(
     if dag:
         output.print(_dag_text(rows), markup=False, highlight=False)
     else:
-        print_table(_plan_rich_table(rows, loaded.spec.name))
+        print_table(_plan_rich_table(rows, (loaded.first if multirun else loaded).spec.name))
     output.print(counts_text(rows), markup=False, highlight=False)
 
 
@@ -83,10 +85,14 @@ def _plan_rich_table(rows: list[dict[str, Any]], workflow: str) -> Table:
     table.add_column("status", no_wrap=True)
     table.add_column("key", no_wrap=True)
     stale = any(row["reason"] for row in rows)
+    swept = any(row.get("variant") for row in rows)
+    if swept:
+        table.add_column("variant")
     if stale:
         table.add_column("why stale")
     for row in rows:
-        table.add_row(row["stage"], row["status"], row["key"], *([row["reason"]] if stale else []))
+        extra = [*([row["variant"]] if swept else []), *([row["reason"]] if stale else [])]
+        table.add_row(row["stage"], row["status"], row["key"], *extra)
     return table
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from bayesflow.cli.app import (
     DEBUG,
     FORCE_OPTION,
+    MULTIRUN_OPTION,
     OVERRIDES_ARGUMENT,
     SPEC_ARGUMENT,
     app,
@@ -83,14 +84,15 @@ def _summary(result: Any) -> None:
         frame = None
     if frame is not None and len(frame):
         metrics = [m for m in ("test_nll", "test_accuracy", "test_ece", "test_brier") if m in frame]
-        grouped = frame.groupby(["method", "temperature"], sort=True)[metrics].mean().reset_index()
+        by = ["variant"] if "variant" in frame else []
+        grouped = frame.groupby([*by, "method", "temperature"], sort=True)[metrics].mean().reset_index()
         table = Table(title="results (mean over seeds)")
-        for column in ["method", "T", *metrics]:
-            table.add_column(column, justify="right" if column != "method" else "left")
+        for column in [*by, "method", "T", *metrics]:
+            table.add_column(column, justify="right" if column not in ("method", "variant") else "left")
         for _, row in grouped.iterrows():
             temperature = "shared" if row["temperature"] == 0 else f"{row['temperature']:g}"
             values = ["—" if math.isnan(row[m]) else f"{row[m]:.4f}" for m in metrics]
-            table.add_row(str(row["method"]), temperature, *values)
+            table.add_row(*[str(row[c]) for c in by], str(row["method"]), temperature, *values)
         print_table(table)
     outcome = result.outcome
     statuses = list(outcome.status.values())
@@ -114,6 +116,7 @@ def run(
     spec: Path = SPEC_ARGUMENT,
     overrides: list[str] | None = OVERRIDES_ARGUMENT,
     force: list[str] | None = FORCE_OPTION,
+    multirun: bool = MULTIRUN_OPTION,
     keep_going: bool | None = typer.Option(
         None, "--keep-going/--fail-fast",
         help="Keep running independent stages after one fails (default: on, from execution.keep_going).",
@@ -124,18 +127,20 @@ def run(
         "(default: until it ends; 0 refuses at once, exit 1).",
     ),
 ) -> None:
-    """Fit every method × temperature × seed, evaluate, plot and report."""
+    """Fit every method × temperature × seed, evaluate, plot and report (with -m, for
+    every variant of a sweep)."""
     from bayesflow.api import prepare
     from bayesflow.api import run as run_workflow
     from bayesflow.api import tracking_uri_of
     from bayesflow.dag.cache import Cache
     from bayesflow.dag.lock import wait_from_environment
 
-    loaded = load(spec, overrides)
+    loaded = load(spec, overrides, multirun)
+    folder = (loaded.first if multirun else loaded).spec.execution.cache_dir
     # --wait wins; without it BAYESFLOW_LOCK_TIMEOUT says (unset: wait until the holder ends).
     waits, timeout = wait_from_environment() if wait is None else (wait != 0, wait)
     try:
-        with Cache(loaded.spec.execution.cache_dir).lock(wait=waits, timeout=timeout):
+        with Cache(folder).lock(wait=waits, timeout=timeout):
             uri = tracking_uri_of(loaded)
             console.print(f"MLflow tracking URI: {uri}", highlight=False)
             prepared = prepare(loaded)  # the data are loaded and the plan is made once

@@ -8,7 +8,9 @@ With ``-m``, an override whose value holds top-level commas sweeps that key::
     data.split_seed=range(0,3)           0, 1, 2 (Python's range; floats allowed)
     description='a, b'                   not a sweep: quoted commas do not split
 
-The temperature × seed grid is not swept this way: write ``temperatures=[0.1,1]``.
+The temperature × seed grid is not swept this way: write ``temperatures=[0.1,1]``. Nor are
+the keys every variant must share (``name``, ``tracking``, ``report``, ``plots`` and where
+and how stages run: ``execution.cache_dir``, ``workers``, ``executor``, ``keep_going``).
 
 A sweep is the Cartesian product of its swept keys. Each point of the product is a
 *variant*: the spec with one value per swept key, planned into its own cells (method ×
@@ -18,13 +20,23 @@ variants (a MAP fit when only a sampler's step size is swept) are computed once.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bayesflow.errors import SpecError
 
-__all__ = ["Variant", "expand_sweeps", "split_top_level", "variant_label"]
+if TYPE_CHECKING:
+    from bayesflow.spec.load import LoadedSpec
+
+__all__ = [
+    "LoadedVariant", "Sweep", "Variant", "expand_sweeps", "load_sweep", "split_top_level",
+    "unswept_commas", "variant_label", "variant_tag",
+]
 
 _FUNCTION = re.compile(r"^(choice|range)\((.*)\)$", re.DOTALL)
 # A sweep of thousands of variants is almost surely a typo (and a long wait); refuse it.
@@ -150,3 +162,119 @@ def expand_sweeps(overrides: list[str]) -> list[Variant]:
 def unswept_commas(overrides: list[str]) -> list[str]:
     """Overrides that would sweep under ``-m``, for a hint when ``-m`` was not given."""
     return [text for text in overrides if _swept_values(text) is not None]
+
+
+# Keys one run shares across its variants (one parent run, one cache, one report), with
+# what to write instead; `temperatures` and `seeds` already make every variant's grid.
+_SHARED_KEYS = {
+    "temperatures": "every variant runs the whole temperature grid; write the list form "
+    "`temperatures=[0.1,1]` instead",
+    "seeds": "every variant runs every seed; write the list form `seeds=[0,1]` instead",
+    "name": "a sweep is one workflow under one name",
+    "tracking": "a sweep logs to one store and experiment",
+    "report": "a sweep has one report over every variant",
+    "plots": "a sweep has one set of plots over every variant",
+    "execution.cache_dir": "a sweep runs under one cache folder",
+    "execution.workers": "a sweep runs on one executor",
+    "execution.executor": "a sweep runs on one executor",
+    "execution.keep_going": "a sweep runs under one scheduler",
+}
+# A readable stage-name suffix longer than this becomes `v<index>-<hash>`.
+MAX_TAG = 60
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+def variant_tag(values: Sequence[tuple[str, str]], index: int) -> str:
+    """The suffix that makes a variant's stage names unique, safe in a file name:
+    ``prior.variance=0.1,model.hidden=32-32`` (characters other than letters, digits and
+    ``._=-`` become ``-``), or ``v<index>-<hash>`` when that would be long."""
+    parts = [f"{key}={_UNSAFE.sub('-', value).strip('-') or '_'}" for key, value in values]
+    tag = ",".join(parts)
+    if len(tag) <= MAX_TAG:
+        return tag
+    return f"v{index}-{hashlib.sha256(variant_label(values).encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True)
+class LoadedVariant:
+    """One variant of a sweep, validated.
+
+    Attributes:
+        variant: its overrides and swept values.
+        loaded: the spec with its overrides, validated.
+        tag: the suffix of its stage names (:func:`variant_tag`).
+    """
+
+    variant: Variant
+    loaded: LoadedSpec
+    tag: str
+
+    @property
+    def label(self) -> str:
+        """``prior.variance=0.1 model.hidden=[32,32]``."""
+        return self.variant.label
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A multirun (``-m``): the spec loaded once per variant, in the order of the product.
+
+    Attributes:
+        variants: every variant, validated.
+        keys: the swept keys, in the order given.
+    """
+
+    variants: tuple[LoadedVariant, ...]
+    keys: tuple[str, ...]
+
+    @property
+    def first(self) -> LoadedSpec:
+        """The first variant's spec: what every variant shares (name, tracking, report,
+        plots, execution) is read from it."""
+        return self.variants[0].loaded
+
+
+def _check_sweepable(text: str) -> None:
+    found = _swept_values(text)
+    if found is None:
+        return
+    key = found[0].lstrip("+")
+    for shared, why in _SHARED_KEYS.items():
+        if key == shared or key.startswith(shared + "."):
+            raise SpecError(f"override {text!r}: `{key}` cannot be swept: {why}")
+
+
+def load_sweep(source: str | Path | dict[str, Any], overrides: Sequence[str]) -> Sweep:
+    """Load every variant of a multirun: the spec with each variant's overrides, validated.
+
+    Raises:
+        SpecError: no override sweeps anything; a key that cannot be swept (the grid's
+            ``temperatures`` and ``seeds``, or a key every variant shares); more than
+            :data:`MAX_VARIANTS` variants; or a variant that is invalid, its problems
+            prefixed with the variant (``variant 2 of 4 (prior.variance=-1): ...``) and
+            each still located (a key that does not exist names the closest one).
+    """
+    from bayesflow.spec.load import load_spec
+
+    for text in overrides:
+        _check_sweepable(text)
+    variants = expand_sweeps(list(overrides))
+    if not variants[0].values:
+        raise SpecError(
+            "-m (multirun) needs an override that sweeps, such as `prior.variance=0.1,1` or "
+            "`model.hidden=[32,32],[64,64]` (values separated by top-level commas); "
+            "without one, drop -m"
+        )
+    loaded: list[LoadedVariant] = []
+    tags: set[str] = set()
+    for index, variant in enumerate(variants, 1):
+        try:
+            spec = load_spec(source, list(variant.overrides))
+        except SpecError as error:
+            head = f"variant {index} of {len(variants)} ({variant.label})"
+            raise SpecError([f"{head}: {problem}" for problem in error.problems], error.path) from None
+        tag = variant_tag(variant.values, index)
+        tag = tag if tag not in tags else f"{tag}-v{index}"
+        tags.add(tag)
+        loaded.append(LoadedVariant(variant, spec, tag))
+    return Sweep(tuple(loaded), tuple(key for key, _ in variants[0].values))

@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayesflow.dag.plan import Plan
+from bayesflow.errors import RegistryError
+from bayesflow.evaluate.flags import FLAG_COLUMN, FLAGGED_METRICS, fit_flags
+from bayesflow.methods.registry import traits_of
 from bayesflow.stages.artefacts import Artefact, EvaluationArtefact, FitArtefact, read
 
 if TYPE_CHECKING:
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
     from bayesflow.dag.scheduler import Outcome
 
 __all__ = [
-    "RESULT_COLUMNS", "cell_files", "cells_of", "fit_metrics", "histories_of", "outcome_results",
+    "RESULT_COLUMNS", "cell_files", "cells_of", "fit_flags_of", "fit_metrics", "histories_of", "outcome_results",
     "results_table",
 ]
 
@@ -50,29 +53,39 @@ def results_table(
         ``engine``, ``temperature`` (0 for a fit shared by every temperature),
         ``temperature_shared``, ``seed``, ``status`` (``FINISHED``, ``FAILED`` or
         ``SKIPPED``), one float column per metric (the fit's ``fit_seconds``, ``steps``
-        and diagnostics, the last value of each history, the evaluation's metrics), then
-        ``cell`` and ``error``; sorted by method, temperature, seed.
+        and summary diagnostics, the last value of each history, the evaluation's
+        metrics), one string column ``flag/<metric>`` per metric of
+        :data:`~bayesflow.evaluate.flags.FLAGGED_METRICS` (the flag's message, "" when
+        none; :func:`fit_flags_of`), then ``cell`` and ``error``; sorted by method,
+        temperature, seed.
     """
     import pandas
 
     missing = missing or {}
     rows = []
+    flag_columns = [FLAG_COLUMN.format(metric=metric) for metric in FLAGGED_METRICS]
     for cell in cells:
         fit, evaluation = artefacts.get(cell["cell"]), artefacts.get(cell["evaluation"])
         status, error = _status(cell, fit, evaluation, missing)
         metrics: dict[str, float] = {}
+        flags = dict.fromkeys(flag_columns, "")
         if isinstance(fit, FitArtefact):
             metrics.update(fit_metrics(fit))
+            flags.update({FLAG_COLUMN.format(metric=metric): message
+                          for metric, message in fit_flags_of(fit, cell["engine"]).items()})
         if isinstance(evaluation, EvaluationArtefact):
             metrics.update(evaluation.metrics)
         rows.append({
             "method": cell["method"], "engine": cell["engine"],
             "temperature": 0.0 if cell["temperature"] is None else float(cell["temperature"]),
             "temperature_shared": cell["temperature"] is None, "seed": int(cell["seed"]),
-            "status": status, **metrics, "cell": cell["cell"], "error": error,
+            "status": status, **metrics, **flags, "cell": cell["cell"], "error": error, **_variant_of(cell),
         })
-    metric_names = sorted({name for row in rows for name in row} - {*RESULT_COLUMNS, "cell", "error"})
-    columns = [*RESULT_COLUMNS, *metric_names, "cell", "error"]
+    # A sweep's cells name their variant (a string column) and swept values (raw strings).
+    labels = sorted({name for row in rows for name in row if name == "variant" or name.startswith("swept/")})
+    named = {*RESULT_COLUMNS, "cell", "error", *labels, *flag_columns}
+    metric_names = sorted({name for row in rows for name in row} - named)
+    columns = [*RESULT_COLUMNS, *labels, *metric_names, *flag_columns, "cell", "error"]
     frame = pandas.DataFrame(rows, columns=columns)
     for name in ("temperature", *metric_names):
         frame[name] = pandas.to_numeric(frame[name], errors="coerce").astype(float)
@@ -80,6 +93,24 @@ def results_table(
     frame["temperature_shared"] = frame["temperature_shared"].astype(bool)
     frame = frame.sort_values(["method", "temperature", "seed"], kind="stable")
     return frame.reset_index(drop=True)
+
+
+def _variant_of(cell: dict[str, Any]) -> dict[str, str]:
+    """``variant`` and ``swept/<key>`` of a sweep's cell ({} outside a sweep)."""
+    if not cell.get("variant"):
+        return {}
+    return {"variant": cell["variant"], **{f"swept/{key}": str(value) for key, value in cell["swept"].items()}}
+
+
+def fit_flags_of(fit: FitArtefact, engine: str | None) -> dict[str, str]:
+    """The flags of a fit (:func:`bayesflow.evaluate.flags.fit_flags`), ``{metric:
+    message}``; its loss is checked for convergence when its method declares the
+    ``loss_convergence`` diagnostic (variational inference)."""
+    try:
+        minimises_loss = engine is not None and "loss_convergence" in traits_of(engine).diagnostics
+    except RegistryError:  # an engine this version does not know (an old cache entry)
+        minimises_loss = False
+    return fit_flags(fit.diagnostics, fit.history, minimises_loss=minimises_loss)
 
 
 def fit_metrics(fit: FitArtefact) -> dict[str, float]:
@@ -134,7 +165,7 @@ def cells_of(plan: Plan) -> list[dict[str, Any]]:
     return [
         {"cell": stage.name.replace("evaluate/", "fit/", 1), "evaluation": stage.name,
          "method": stage.method, "engine": stage.engine, "temperature": stage.temperature,
-         "seed": stage.seed}
+         "seed": stage.seed, **({"variant": stage.variant, "swept": dict(stage.swept)} if stage.swept else {})}
         for stage in plan.order() if stage.kind == "evaluate"
     ]
 

@@ -63,6 +63,17 @@ def results_frame(tracker: Tracker, run_ids: list[str]) -> pandas.DataFrame:
     return records_frame([tracker.get_run(run_id) for run_id in run_ids])
 
 
+def _variant_columns(record: RunRecord) -> dict[str, str]:
+    """A sweep's fit run: ``variant`` (its label) and ``swept/<key>`` (raw values), from its
+    ``bayesflow.variant`` and ``bayesflow.swept`` tags; {} outside a sweep."""
+    import json
+
+    if "bayesflow.variant" not in record.tags:
+        return {}
+    swept = json.loads(record.tags.get("bayesflow.swept") or "{}")
+    return {"variant": record.tags["bayesflow.variant"], **{f"swept/{k}": str(v) for k, v in swept.items()}}
+
+
 def records_frame(records: list[RunRecord]) -> pandas.DataFrame:
     """:func:`results_frame` of run records already read."""
     import pandas
@@ -75,13 +86,15 @@ def records_frame(records: list[RunRecord]) -> pandas.DataFrame:
             "temperature": record.params.get("temperature"),
             "seed": record.params.get("seed"),
             "status": record.status,
+            **_variant_columns(record),
             **{name: record.metrics.get(name, float("nan")) for name in metric_names},
             "run_id": record.run_id,
             "run_name": record.run_name,
         }
         for record in records
     ]
-    columns = [*SWEEP_COLUMNS, "status", *metric_names, "run_id", "run_name"]
+    labels = sorted({name for row in rows for name in row if name == "variant" or name.startswith("swept/")})
+    columns = [*SWEEP_COLUMNS, "status", *labels, *metric_names, "run_id", "run_name"]
     frame = pandas.DataFrame(rows, columns=columns)
     frame["temperature"] = pandas.to_numeric(frame["temperature"], errors="coerce").astype(float)
     seeds = pandas.to_numeric(frame["seed"], errors="coerce")

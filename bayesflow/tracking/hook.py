@@ -69,10 +69,20 @@ def fit_parameters(loaded: LoadedSpec, stage: Stage) -> dict[str, Any]:
     for section in ("model", "likelihood", "prior", "data"):
         block = getattr(spec, section).model_dump(mode="json", by_alias=True)
         params.update(_flatten({key: value for key, value in block.items() if key != "name"}, f"{section}."))
+    # A sweep's swept keys under their spec names (`methods.sghmc.lr`), from the variant's spec.
+    params.update({key: _at(spec, key) for key, _ in stage.swept if key not in params})
     # Fitted as one cell of a vectorised grid (execution.vectorize, a fit_group stage).
     params["vectorized"] = bool(stage.config.get("vectorized", False))
     # An unset setting is `null`, as the spec writes it, never Python's 'None'.
     return {key: "null" if value is None else value for key, value in params.items()}
+
+
+def _at(spec: Any, key: str) -> Any:
+    """The value at a dotted ``key`` of a validated spec, as the spec writes it."""
+    value: Any = spec.model_dump(mode="json", by_alias=True)
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return json.dumps(value) if isinstance(value, (list, dict)) else value
 
 
 def _flatten(mapping: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -163,10 +173,14 @@ class TrackingHook:
     """
 
     def __init__(
-        self, tracker: Any, loaded: LoadedSpec, plan: Plan, parent_id: str, experiment: str
+        self, tracker: Any, loaded: LoadedSpec, plan: Plan, parent_id: str, experiment: str,
+        variants: dict[str, LoadedSpec] | None = None,
     ) -> None:
+        """``variants``: a sweep's specs by variant label (a stage's params and model come
+        from its variant's spec)."""
         self.tracker = tracker
         self.loaded = loaded
+        self.variants = variants or {}
         self.plan = plan
         self.parent_id = parent_id
         self.experiment = experiment
@@ -175,19 +189,25 @@ class TrackingHook:
         self.reused: dict[str, RunRecord] = {}  # fit stage name -> the earlier run it reuses
         self._finished: dict[tuple[str, str], RunRecord] | None = None
 
+    def _loaded(self, stage: Stage) -> LoadedSpec:
+        """The spec of ``stage``: its variant's in a sweep."""
+        return self.variants.get(stage.variant, self.loaded)
+
     def _tags(self, stage: Stage) -> dict[str, str]:
+        variant = {"bayesflow.variant": stage.variant, "bayesflow.swept": json.dumps(dict(stage.swept))}
         return {
             "bayesflow.workflow": self.plan.workflow,
             "bayesflow.stage": stage.name,
             "bayesflow.stage_key": stage.key,
             "bayesflow.role": "fit",
+            **(variant if stage.swept else {}),
             **process_tags(),
         }
 
     def _start(self, stage: Stage, tags: dict[str, str] | None = None) -> str:
         return str(self.tracker.start_run(
             self.experiment, stage.name.removeprefix("fit/").replace("/", " "),
-            parent_id=self.parent_id, params=fit_parameters(self.loaded, stage),
+            parent_id=self.parent_id, params=fit_parameters(self._loaded(stage), stage),
             tags={**self._tags(stage), **(tags or {})},
         ))
 
@@ -255,9 +275,10 @@ class TrackingHook:
             return
         from bayesflow.tracking.pyfunc import log_posterior_model
 
+        loaded = self._loaded(stage)
         log_posterior_model(
-            run_id, fit.posterior, self.loaded.to_yaml(), fit_parameters(self.loaded, stage),
-            self.tracker.uri, base_dir=self.loaded.base_dir,
+            run_id, fit.posterior, loaded.to_yaml(), fit_parameters(loaded, stage),
+            self.tracker.uri, base_dir=loaded.base_dir,
         )
 
     def _earlier_run(self, stage: Stage) -> RunRecord | None:

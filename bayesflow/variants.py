@@ -1,0 +1,51 @@
+"""The API's side of a sweep: each variant's data (loaded once per ``data`` block), the
+plan of every variant, and the runner that computes each stage on its variant's spec.
+
+:mod:`bayesflow.api` calls these; the planning itself is :mod:`bayesflow.dag.sweep`, the
+loading of variants :mod:`bayesflow.spec.sweep`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bayesflow.dag.plan import Plan
+from bayesflow.dag.sweep import PlannedVariant, VariantRunner, plan_sweep
+from bayesflow.data import Dataset, check_data, load_dataset
+from bayesflow.spec.load import LoadedSpec
+from bayesflow.spec.sweep import Sweep
+
+__all__ = ["load_data", "plan_variants", "variant_runner"]
+
+
+def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None) -> Dataset:
+    """The data of ``loaded``, checked against its likelihood before any fit (a
+    DataError, exit 3); ``loaded_data`` reuses data already loaded for an equal ``data``
+    block from the same folder (the variants of a sweep)."""
+    block = json.dumps([loaded.spec.data.model_dump(mode="json"), str(loaded.base_dir)], sort_keys=True)
+    cached = loaded_data if loaded_data is not None else {}
+    if block not in cached:
+        cached[block] = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
+    check_data(cached[block], loaded.spec.likelihood.name)
+    return cached[block]
+
+
+def plan_variants(sweep: Sweep, code: dict[str, str]) -> tuple[Plan, dict[str, Dataset]]:
+    """The plan of every variant of ``sweep`` and each variant's data by its label."""
+    loaded_data: dict[str, Dataset] = {}
+    datasets = {item.label: load_data(item.loaded, loaded_data) for item in sweep.variants}
+    planned = [
+        PlannedVariant(item.tag, item.label, item.variant.values, item.loaded.spec,
+                       datasets[item.label].digest)
+        for item in sweep.variants
+    ]
+    return plan_sweep(planned, code), datasets
+
+
+def variant_runner(sweep: Sweep, datasets: dict[str, Dataset]) -> VariantRunner:
+    """Computes each stage with a runner on its variant's spec and data."""
+    from bayesflow.stages import StageRunner
+
+    return VariantRunner({
+        item.label: StageRunner(item.loaded, datasets[item.label]) for item in sweep.variants
+    })
