@@ -45,10 +45,12 @@ def validate(
 
 def user_code(spec: Any) -> list[str]:
     """What a run of ``spec`` imports or executes that is not bayesflow's own: a
-    ``python:`` model, and a report template given as a path (a notebook is code)."""
+    ``python:`` model or dataset, and a report template given as a path (a notebook is code)."""
     found = []
     if getattr(spec.model, "name", None) == "python":
         found.append(f"model.python {spec.model.python} (imported and called)")
+    if getattr(spec.data, "name", None) == "python":
+        found.append(f"data.module {spec.data.module} (executed; data.function {spec.data.function} called)")
     template = str(spec.report.template)
     if spec.report.enabled and ("/" in template or template.endswith(".py")):
         found.append(f"report.template {template} (a notebook, executed by the report kernel)")

@@ -7,6 +7,7 @@ arrays, so a stage's cache key changes when the data do and not otherwise. The m
 ``dataset``    :class:`Dataset`, the registry :data:`DATASETS`, paths and the split
 ``tabular``    ``sklearn_digits``, ``csv`` and ``none``
 ``imdb``       IMDB movie reviews as padded token ids
+``python``     a user's own function that returns the arrays (runs the user's code)
 ``checks``     checks of loaded data against the likelihood (:func:`check_data`)
 =============  ===========================================================================
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bayesflow.data import imdb, tabular
+from bayesflow.data import imdb, python, tabular
 from bayesflow.data.checks import DataWarning, check_data
 from bayesflow.data.dataset import DATASETS, Dataset, resolve_path
 from bayesflow.data.tabular import (
@@ -42,6 +43,7 @@ __all__ = [
     "imdb",
     "load_dataset",
     "none",
+    "python",
     "resolve_path",
     "sklearn_digits",
     "tabular",
@@ -54,6 +56,6 @@ def load_dataset(config: dict[str, Any], base_dir: Path | None = None) -> Datase
     options = dict(config)
     name = options.pop("name")
     builder = DATASETS.get(name)
-    if name in ("csv", "imdb"):
+    if name in ("csv", "imdb", "python"):
         options["base_dir"] = base_dir
     return builder(**options)

@@ -26,6 +26,8 @@ class Dataset:
 
     ``source`` (a file path or the dataset's name) and ``target`` (what the labels are
     called there) only serve to name the data in messages; the digest ignores them.
+    ``salt`` is what else the digest covers: the source of the user's module that made
+    the arrays (``data: {name: python}``), so that editing it recomputes the stages.
     """
 
     x_train: np.ndarray
@@ -39,6 +41,7 @@ class Dataset:
     episode_test: np.ndarray | None = None
     source: str = ""
     target: str = "the labels"
+    salt: str = ""
 
     @property
     def num_features(self) -> int:
@@ -47,8 +50,8 @@ class Dataset:
 
     @property
     def digest(self) -> str:
-        """SHA-256 over the four arrays' bytes, shapes and dtypes."""
-        digest = hashlib.sha256()
+        """SHA-256 over the four arrays' bytes, shapes and dtypes (and the ``salt``)."""
+        digest = hashlib.sha256(self.salt.encode()) if self.salt else hashlib.sha256()
         arrays = [self.x_train, self.y_train, self.x_test, self.y_test]
         if self.x_ood is not None:
             arrays.append(self.x_ood)

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from bayesflow.spec.strict import Strict
+from bayesflow.spec.user_data import PythonDataSpec
 
 # What a dataset feeds a model (``INPUTS`` of a data spec: numeric ``features``, integer
 # ``tokens``, or ``none``) and what a model can read (``ACCEPTS`` of a model spec); the
@@ -151,7 +152,7 @@ class NoDataSpec(Strict):
 
 
 DataSpec = Annotated[
-    Union[SklearnDigitsSpec, CsvSpec, ImdbSpec, NoDataSpec], Field(discriminator="name")
+    Union[SklearnDigitsSpec, CsvSpec, ImdbSpec, NoDataSpec, PythonDataSpec], Field(discriminator="name")
 ]
 
 # ---------------------------------------------------------------------------- model
