@@ -21,7 +21,7 @@ are pooled for the overall number and kept for the per-tensor ones.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -89,6 +89,7 @@ class KineticTemperature:
         inside: (..., P) whether each tensor's T_kin lies in its interval.
         expected: the temperature 𝒯 the sampler targets.
         names: the P tensor names.
+        degrees: (P,) each tensor's number of parameters (its χ² degrees of freedom).
     """
 
     temperature: float
@@ -98,22 +99,48 @@ class KineticTemperature:
     inside: np.ndarray
     expected: float
     names: tuple[str, ...]
+    degrees: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def fraction_inside(self) -> float:
         """Fraction of (chain, tensor) pairs inside their interval."""
         return float(self.inside.mean())
 
+    @property
+    def count(self) -> int:
+        """How many momentum entries the overall number pools (parameters × chains)."""
+        sizes = np.round(self.degrees).astype(np.int64)
+        return int(sizes.sum() * (self.inside.size // max(len(self.names), 1)))
+
+    def ratio_band(self, level: float = 0.99) -> tuple[float, float]:
+        """The ``level`` interval of the overall ratio T_kin/𝒯 at the target: the pooled
+        n = parameters × chains squared momenta give n·T_kin/𝒯 ∼ χ²_n."""
+        count = np.array([float(self.count)])
+        tail = (1 - level) / 2
+        return (float(_chi2_quantile(tail, count)[0] / count[0]),
+                float(_chi2_quantile(1 - tail, count)[0] / count[0]))
+
     def metrics(self) -> dict[str, float]:
-        """``kinetic_temperature``, ``_ratio``, ``_fraction_inside`` and per tensor
-        ``kinetic_temperature/<name>`` (mean over the leading axes)."""
+        """Summaries ``kinetic_temperature``, ``_ratio``, ``_fraction_inside`` and the
+        overall ratio's 99% band ``_band_lower`` / ``_band_upper``; per tensor (means over
+        the leading axes) ``kinetic_temperature/<name>``, its interval
+        ``kinetic_temperature_lower/<name>`` and ``_upper/<name>``, and the fraction of
+        chains inside it, ``kinetic_temperature_inside/<name>``."""
+        lower, upper = self.ratio_band()
         result = {
             "kinetic_temperature": self.temperature,
             "kinetic_temperature_ratio": self.temperature / self.expected,
             "kinetic_temperature_fraction_inside": self.fraction_inside,
+            "kinetic_temperature_band_lower": lower,
+            "kinetic_temperature_band_upper": upper,
         }
         per_name = self.per_tensor.reshape(-1, len(self.names)).mean(axis=0)
-        result.update({f"kinetic_temperature/{n}": float(v) for n, v in zip(self.names, per_name)})
+        inside = self.inside.reshape(-1, len(self.names)).mean(axis=0)
+        for index, name in enumerate(self.names):
+            result[f"kinetic_temperature/{name}"] = float(per_name[index])
+            result[f"kinetic_temperature_lower/{name}"] = float(self.lower[index])
+            result[f"kinetic_temperature_upper/{name}"] = float(self.upper[index])
+            result[f"kinetic_temperature_inside/{name}"] = float(inside[index])
         return result
 
 
@@ -149,7 +176,7 @@ def kinetic_temperature(
     upper = expected * _chi2_quantile(1 - tail, degrees) / degrees
     inside = (per_tensor >= lower) & (per_tensor <= upper)
     return KineticTemperature(
-        float(values.mean()), per_tensor, lower, upper, inside, float(expected), names
+        float(values.mean()), per_tensor, lower, upper, inside, float(expected), names, degrees
     )
 
 
@@ -163,19 +190,25 @@ class ConfigurationalTemperature:
         per_tensor: (..., P) T_conf of each tensor (and chain).
         expected: the temperature the sampler targets, if given.
         names: the P tensor names.
+        standard_error: the standard error of ``temperature`` from the spread of the
+            terms θᵢ ∂U/∂θᵢ it averages, as if they were independent (exact for a
+            posterior with independent coordinates; correlated ones make it too small).
     """
 
     temperature: float
     per_tensor: np.ndarray
     expected: float | None
     names: tuple[str, ...]
+    standard_error: float = float("nan")
 
     def metrics(self) -> dict[str, float]:
-        """``configurational_temperature``, ``_ratio`` (given ``expected``) and per tensor
+        """``configurational_temperature``, ``_ratio`` and its standard error
+        ``_ratio_se`` (given ``expected``), and per tensor
         ``configurational_temperature/<name>`` (mean over the leading axes)."""
         result = {"configurational_temperature": self.temperature}
         if self.expected is not None:
             result["configurational_temperature_ratio"] = self.temperature / self.expected
+            result["configurational_temperature_ratio_se"] = self.standard_error / self.expected
         per_name = self.per_tensor.reshape(-1, len(self.names)).mean(axis=0)
         result.update(
             {f"configurational_temperature/{n}": float(v) for n, v in zip(self.names, per_name)}
@@ -207,6 +240,7 @@ def configurational_temperature(
         _check_expected(expected)
     values = _as_numpy(params) * _as_numpy(potential_gradients)
     sizes, names = _tensors(values.shape[-1], param_shapes, param_names)
+    error = float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
     return ConfigurationalTemperature(
-        float(values.mean()), _per_tensor_mean(values, sizes), expected, names
+        float(values.mean()), _per_tensor_mean(values, sizes), expected, names, error
     )

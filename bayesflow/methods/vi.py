@@ -305,7 +305,9 @@ DENSE = Family(
     posterior=_dense_posterior,
 )
 
+# Its loss, minus the tempered ELBO per datum, is checked for convergence (evaluate/flags.py).
+_TRAITS = Traits(posterior="gaussian", diagnostics=frozenset({"loss_convergence"}))
 METHODS = (
-    Method("vi_diag", VISpec, Traits(posterior="gaussian"), build),
-    Method("vi_dense", VIDenseSpec, Traits(posterior="gaussian"), build_dense),
+    Method("vi_diag", VISpec, _TRAITS, build),
+    Method("vi_dense", VIDenseSpec, _TRAITS, build_dense),
 )

@@ -22,6 +22,7 @@ ReportArtefact         report                ``report.ipynb``, ``report.html``, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "EVALUATION_FILE",
     "POSTERIOR_FILE",
     "PRIOR_PREDICTIVE_FILE",
+    "SUMMARY_DIAGNOSTICS",
     "Artefact",
     "CurvatureArtefact",
     "EvaluationArtefact",
@@ -53,6 +55,18 @@ CURVATURE_FILE = "curvature.npz"
 NOTEBOOK_FILE = "report.ipynb"
 HTML_FILE = "report.html"
 BUNDLE_FOLDER = "bundle"
+# The sampler diagnostics a fit logs as metrics; the rest (per tensor, bands) go to its
+# diagnostics table (FitArtefact.diagnostics_table).
+SUMMARY_DIAGNOSTICS = frozenset({
+    "kinetic_temperature", "kinetic_temperature_ratio", "kinetic_temperature_fraction_inside",
+    "configurational_temperature", "configurational_temperature_ratio",
+    "rhat/log_posterior", "ess/log_posterior",
+})
+
+
+def _json_number(value: float | None) -> float | None:
+    """``value``, or None (JSON null) for a missing or non-finite one."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -94,8 +108,34 @@ class FitArtefact:
         return values
 
     def metrics(self) -> dict[str, float]:
-        """The summary metrics of the fit: ``fit_seconds``, ``steps`` and the diagnostics."""
-        return {"fit_seconds": self.fit_seconds, "steps": float(self.steps), **self.diagnostics}
+        """The summary metrics of the fit: ``fit_seconds``, ``steps`` and the summary
+        diagnostics (:data:`SUMMARY_DIAGNOSTICS`); the others are in
+        :meth:`diagnostics_table`."""
+        summaries = {key: value for key, value in self.diagnostics.items() if key in SUMMARY_DIAGNOSTICS}
+        return {"fit_seconds": self.fit_seconds, "steps": float(self.steps), **summaries}
+
+    def diagnostics_table(self) -> dict[str, Any]:
+        """Every diagnostic as one table, in the form of ``mlflow.log_table``'s JSON:
+        ``{"columns": ["name", <quantity>, ...], "data": [[name, value or None, ...]]}``.
+
+        Row ``all`` holds the numbers of the whole fit (``kinetic_temperature_ratio``,
+        its band, ...); a diagnostic named ``<quantity>/<name>`` (a parameter tensor's
+        ``kinetic_temperature/0.weight``, a summary's ``rhat/theta_0``) is the value of
+        column ``<quantity>`` in row ``<name>``. Empty (no rows) without diagnostics.
+        """
+        rows: dict[str, dict[str, float]] = {}
+        quantities: dict[str, None] = {}
+        for key, value in self.diagnostics.items():
+            quantity, _, name = key.partition("/")
+            rows.setdefault(name or "all", {})[quantity] = value
+            quantities[quantity] = None
+        if "all" in rows:
+            rows = {"all": rows.pop("all"), **rows}
+        columns = list(quantities)
+        data = [
+            [name, *(_json_number(row.get(column)) for column in columns)] for name, row in rows.items()
+        ]
+        return {"columns": ["name", *columns] if data else [], "data": data}
 
     def series(self) -> dict[str, list[float]]:
         """The per-epoch series under their MLflow names: ``train_loss`` (the history)

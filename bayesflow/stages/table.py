@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from bayesflow.dag.plan import Plan
 from bayesflow.errors import RegistryError
-from bayesflow.evaluate.flags import FLAG_COLUMN, FLAGGED_METRICS, fit_flags
 from bayesflow.methods.registry import traits_of
 from bayesflow.stages.artefacts import Artefact, EvaluationArtefact, FitArtefact, read
 
@@ -60,6 +59,8 @@ def results_table(
         temperature, seed.
     """
     import pandas
+
+    from bayesflow.evaluate.flags import FLAG_COLUMN, FLAGGED_METRICS  # bayesflow.evaluate loads torch
 
     missing = missing or {}
     rows = []
@@ -106,6 +107,8 @@ def fit_flags_of(fit: FitArtefact, engine: str | None) -> dict[str, str]:
     """The flags of a fit (:func:`bayesflow.evaluate.flags.fit_flags`), ``{metric:
     message}``; its loss is checked for convergence when its method declares the
     ``loss_convergence`` diagnostic (variational inference)."""
+    from bayesflow.evaluate.flags import fit_flags
+
     try:
         minimises_loss = engine is not None and "loss_convergence" in traits_of(engine).diagnostics
     except RegistryError:  # an engine this version does not know (an old cache entry)

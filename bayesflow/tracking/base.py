@@ -4,7 +4,9 @@ Two implementations behave identically (one test suite runs against both):
 :class:`~bayesflow.tracking.mlflow_tracker.MlflowTracker` over a real MLflow store, and
 :class:`~bayesflow.tracking.memory.InMemoryTracker`, a test double that keeps runs in dicts.
 Parent and child runs are linked by the ``mlflow.parentRunId`` tag and a run's name is the
-``mlflow.runName`` tag, as MLflow's UI expects.
+``mlflow.runName`` tag, as MLflow's UI expects. A run tagged ``bayesflow.computed_by``
+reuses the artifacts of the run it names: ``download_artifact`` gives that run's artifact
+for a path the run itself lacks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 from bayesflow.errors import TrackingError
 
 __all__ = [
+    "COMPUTED_BY_TAG",
     "PARENT_TAG",
     "RUN_NAME_TAG",
     "RUN_STATUSES",
@@ -28,6 +31,10 @@ __all__ = [
 ]
 
 PARENT_TAG = "mlflow.parentRunId"
+# The run whose artifacts a reused fit run points to (it holds none of its own).
+COMPUTED_BY_TAG = "bayesflow.computed_by"
+# How many bayesflow.computed_by links download_artifact follows (a guard against a loop).
+MAX_LINKS = 8
 # The parent run's record of which run holds each fit stage of its plan.
 STAGES_ARTIFACT = "bayesflow/stages.json"
 RUN_NAME_TAG = "mlflow.runName"
@@ -145,7 +152,8 @@ class Tracker(Protocol):
         ...
 
     def download_artifact(self, run_id: str, artifact_path: str, dst_dir: str | Path) -> Path:
-        """Copy one artifact (file or folder) of a run into ``dst_dir``; return its local path."""
+        """Copy one artifact (file or folder) of a run into ``dst_dir``; return its local path.
+        A run without it that is tagged ``bayesflow.computed_by`` gives that run's."""
         ...
 
     def run_url(self, run_id: str) -> str:

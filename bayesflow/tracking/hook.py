@@ -7,11 +7,22 @@ artefact exists (or it failed), carrying the sweep coordinates as params (``meth
 The evaluate stage adds its metrics, conventions and ``evaluation/evaluation.npz`` to its
 fit's run; the prior predictive check and the report go to the parent.
 
-Reruns do not duplicate runs: a cached fit reuses the finished run of the same stage
-name and key (its ``bayesflow.stage`` and ``bayesflow.stage_key`` tags, found with one
-search) and moves it under the current parent, so the latest parent always holds the
-complete grid. Two methods with equal settings under different names share one cache
-entry but each keeps its own run. Nothing here is read back to compute a stage.
+Each fit run carries its summary metrics (``fit_seconds``, ``steps``, the summary
+diagnostics of :data:`~bayesflow.stages.artefacts.SUMMARY_DIAGNOSTICS` and ``flags``,
+the number of flags), one tag ``bayesflow.flag.<metric>`` per flag
+(:mod:`bayesflow.evaluate.flags`), and every per-tensor diagnostic as one table,
+``diagnostics/diagnostics.json`` (``mlflow.log_table``'s form).
+
+Reruns compute nothing again and keep every parent whole: a cached fit gets a new child
+run under the current parent with the same params, metrics and histories, tagged
+``bayesflow.reused=true`` and ``bayesflow.computed_by=<id>`` of the run that computed it
+(the latest finished run of the same stage name and key that was not itself reused,
+found with one search; ``bayesflow.artifact_uri`` is its artifact location). Its
+artifacts are not copied: the trackers' ``download_artifact`` follows
+``bayesflow.computed_by`` (so ``bayesflow.posteriors`` and ``load_posterior`` work on
+it), and earlier parents keep their children. Two methods with equal settings under
+different names share one cache entry but each keeps its own run. Nothing here is read
+back to compute a stage.
 """
 
 from __future__ import annotations
@@ -33,9 +44,12 @@ from bayesflow.stages.artefacts import (
     ReportArtefact,
 )
 from bayesflow.stages.context import describe_error
-from bayesflow.tracking.base import PARENT_TAG, STAGES_ARTIFACT, RunRecord
+from bayesflow.tracking.base import COMPUTED_BY_TAG, STAGES_ARTIFACT, RunRecord
 
-__all__ = ["STAGES_ARTIFACT", "TrackingHook", "end_stale_runs", "fit_parameters"]
+__all__ = ["DIAGNOSTICS_ARTIFACT", "STAGES_ARTIFACT", "TrackingHook", "end_stale_runs", "fit_parameters"]
+
+# Every diagnostic of a fit, per tensor, as one table (FitArtefact.diagnostics_table).
+DIAGNOSTICS_ARTIFACT = "diagnostics/diagnostics.json"
 
 # MLflow keeps tag values up to 5,000 characters (its MAX_TAG_VAL_LENGTH is 8,000; the
 # margin leaves room for multi-byte characters).
@@ -251,18 +265,30 @@ class TrackingHook:
     # ------------------------------------------------------------------ helpers
 
     def _log_fit(self, stage: Stage, fit: FitArtefact, cached: bool) -> None:
-        earlier = self._earlier_run(stage) if cached else None
-        if earlier is not None:
-            if earlier.parent_id != self.parent_id:
-                self.tracker.set_tags(earlier.run_id, {PARENT_TAG: self.parent_id, "bayesflow.reused": "true"})
-            self.reused[stage.name] = earlier
-            run_id = earlier.run_id
-        else:
-            run_id = self._start(stage)
-            self.tracker.log_batch(run_id, metrics=fit.metrics(), histories=fit.series())
+        """A child run with the fit's metrics, flags and histories; its artifacts, or,
+        for a fit an earlier run computed, a pointer to that run's."""
+        from bayesflow.evaluate.flags import FLAG_TAG
+        from bayesflow.stages.table import fit_flags_of
+
+        flags = fit_flags_of(fit, stage.engine)
+        tags = {FLAG_TAG.format(metric=metric): message[:TAG_LIMIT] for metric, message in flags.items()}
+        metrics = {**fit.metrics(), "flags": float(len(flags))}
+        source = self._earlier_run(stage) if cached else None
+        if source is not None:
+            self.reused[stage.name] = source
+            tags.update({"bayesflow.reused": "true", COMPUTED_BY_TAG: source.run_id,
+                         "bayesflow.artifact_uri": source.artifact_uri})
+        table = fit.diagnostics_table()
+        if source is None and table["data"]:  # MLflow's UI shows a logged table as one
+            tags["mlflow.loggedArtifacts"] = json.dumps([{"path": DIAGNOSTICS_ARTIFACT, "type": "table"}])
+        run_id = self._start(stage, tags)
+        self.tracker.log_batch(run_id, metrics=metrics, histories=fit.series())
+        if source is None:
             self.tracker.log_artifact(run_id, fit.posterior, "posterior")
+            if table["data"]:
+                self.tracker.log_text(run_id, json.dumps(table), DIAGNOSTICS_ARTIFACT)
             self._log_model(stage, run_id, fit)
-            self.tracker.end_run(run_id, "FINISHED")
+        self.tracker.end_run(run_id, "FINISHED")
         self.runs[stage.name] = run_id
         self.status[stage.name] = "FINISHED"
 
@@ -282,8 +308,9 @@ class TrackingHook:
         )
 
     def _earlier_run(self, stage: Stage) -> RunRecord | None:
-        """The latest finished run of this stage name and key, from one search of the
-        workflow's finished fit runs (done at the first cached fit)."""
+        """The latest finished run that computed this stage name and key (not one that
+        reused it), from one search of the workflow's finished fit runs (done at the
+        first cached fit)."""
         if self._finished is None:
             found = self.tracker.search_runs(
                 self.experiment, tags={"bayesflow.role": "fit", "bayesflow.workflow": self.plan.workflow},
@@ -292,7 +319,7 @@ class TrackingHook:
             # Oldest first: a later run of the same stage and key replaces an earlier one.
             self._finished = {
                 (record.tags.get("bayesflow.stage", ""), record.tags.get("bayesflow.stage_key", "")): record
-                for record in found
+                for record in found if COMPUTED_BY_TAG not in record.tags
             }
         return self._finished.get((stage.name, stage.key))
 
@@ -301,12 +328,12 @@ class TrackingHook:
         run_id = self.runs.get(fit_name)
         if run_id is None:
             return
-        earlier = self.reused.get(fit_name)
-        if earlier is not None and earlier.tags.get("bayesflow.evaluation_key") == stage.key:
-            return  # the reused run already holds this evaluation
         tags = {f"convention.{key}": str(value)[:TAG_LIMIT] for key, value in evaluation.conventions.items()}
         tags["bayesflow.evaluation_key"] = stage.key
         self.tracker.log_batch(run_id, metrics=evaluation.metrics, tags=tags)
+        source = self.reused.get(fit_name)
+        if source is not None and source.tags.get("bayesflow.evaluation_key") == stage.key:
+            return  # the run that computed the fit holds this evaluation's arrays
         if evaluation.file is not None:
             self.tracker.log_artifact(run_id, evaluation.file, "evaluation")
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from bayesflow.errors import TrackingError
 from bayesflow.tracking.base import (
+    COMPUTED_BY_TAG,
+    MAX_LINKS,
     PARENT_TAG,
     RUN_NAME_TAG,
     RunRecord,
@@ -204,9 +206,16 @@ class InMemoryTracker:
         return sorted(found, key=lambda record: record.start_time or 0.0)
 
     def download_artifact(self, run_id: str, artifact_path: str, dst_dir: str | Path) -> Path:
-        """Copy one artifact file or folder into ``dst_dir``; return its local path."""
-        self._record(run_id)
-        source = self._artifact_dir(run_id) / artifact_path
+        """Copy one artifact file or folder into ``dst_dir``; return its local path (a
+        reused run's source's when it has none: ``bayesflow.computed_by``)."""
+        holder = run_id
+        source = self._artifact_dir(holder) / artifact_path
+        for _ in range(MAX_LINKS):
+            link = self._record(holder).tags.get(COMPUTED_BY_TAG)
+            if source.exists() or link is None:
+                break
+            holder = link
+            source = self._artifact_dir(holder) / artifact_path
         if not source.exists():
             raise TrackingError(
                 f"run {run_id} has no artifact {artifact_path!r}; list the run's artifacts "

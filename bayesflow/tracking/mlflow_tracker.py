@@ -22,6 +22,8 @@ from typing import Any
 
 from bayesflow.errors import TrackingError
 from bayesflow.tracking.base import (
+    COMPUTED_BY_TAG,
+    MAX_LINKS,
     PARENT_TAG,
     RUN_NAME_TAG,
     RunRecord,
@@ -329,12 +331,24 @@ class MlflowTracker:
                     return records
 
     def download_artifact(self, run_id: str, artifact_path: str, dst_dir: str | Path) -> Path:
-        """Copy one artifact file or folder of a run into ``dst_dir``; return its local path."""
+        """Copy one artifact file or folder of a run into ``dst_dir``; return its local path
+        (a reused run's source's when it has none: ``bayesflow.computed_by``)."""
         destination = Path(dst_dir).resolve()
         destination.mkdir(parents=True, exist_ok=True)
-        with self._translate(f"downloading artifact {artifact_path!r} of run {run_id}"):
-            local = self.client.download_artifacts(run_id, artifact_path, str(destination))
-        return Path(local)
+        holder = run_id
+        for _ in range(MAX_LINKS):
+            try:
+                with self._translate(f"downloading artifact {artifact_path!r} of run {run_id}"):
+                    return Path(self.client.download_artifacts(holder, artifact_path, str(destination)))
+            except TrackingError:
+                link = self.get_run(holder).tags.get(COMPUTED_BY_TAG)
+                if link is None:
+                    raise
+                holder = link
+        raise TrackingError(
+            f"run {run_id}: more than {MAX_LINKS} {COMPUTED_BY_TAG} links lead to no "
+            f"artifact {artifact_path!r}; the runs' tags form a loop"
+        )
 
     def run_url(self, run_id: str) -> str:
         """The run's page for an ``http(s)`` store, else ``runs:/<run id>``.
