@@ -20,9 +20,20 @@ from rich.console import Console
 from bayesflow.errors import BayesflowError
 
 __all__ = [
-    "DEBUG", "FORCE_OPTION", "MULTIRUN_OPTION", "OUT_OPTION", "TRACKING_URI_OPTION", "OVERRIDES_ARGUMENT",
-    "REGISTRIES", "SPEC_ARGUMENT",
-    "app", "console", "guarded", "load", "output", "print_table",
+    "DEBUG",
+    "FORCE_OPTION",
+    "MULTIRUN_OPTION",
+    "OUT_OPTION",
+    "OVERRIDES_ARGUMENT",
+    "REGISTRIES",
+    "SPEC_ARGUMENT",
+    "TRACKING_URI_OPTION",
+    "app",
+    "console",
+    "guarded",
+    "load",
+    "output",
+    "print_table",
 ]
 
 REGISTRIES = "Registries: what a spec can name"

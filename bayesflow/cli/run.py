@@ -129,9 +129,8 @@ def run(
 ) -> None:
     """Fit every method × temperature × seed, evaluate, plot and report (with -m, for
     every variant of a sweep)."""
-    from bayesflow.api import prepare
+    from bayesflow.api import prepare, tracking_uri_of
     from bayesflow.api import run as run_workflow
-    from bayesflow.api import tracking_uri_of
     from bayesflow.dag.cache import Cache
     from bayesflow.dag.lock import wait_from_environment
 

@@ -56,7 +56,7 @@ class Variant:
         return variant_label(self.values)
 
 
-def variant_label(values: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> str:
+def variant_label(values: Sequence[tuple[str, str]]) -> str:
     """The readable name of a variant from its (key, raw value) pairs."""
     return " ".join(f"{key}={value}" for key, value in values)
 
