@@ -24,7 +24,7 @@ __all__ = ["comparison_frame", "comparison_metrics", "difference_table", "metric
            "spec_difference"]
 
 LINE_STYLES = ("-", "--", ":", "-.")
-SUMMARY_METRICS = ("test_nll", "test_accuracy", "test_ece", "test_brier")
+SUMMARY_METRICS = ("test_nll", "test_accuracy", "test_ece", "test_brier", "test_rmse")
 
 
 def comparison_frame(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:

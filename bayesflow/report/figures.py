@@ -40,6 +40,7 @@ __all__ = [
     "PLOT_METRICS",
     "TABLE_METRICS",
     "apply_theme",
+    "drawable_plots",
     "failed_cells",
     "metric_label",
     "metric_vs_temperature",
@@ -73,6 +74,7 @@ central interval, or of the logged level nearest to it)."""
 LOG_SPAN = 10.0
 """A metric whose positive values span at least this factor is drawn on a log axis."""
 LINE_STYLES = ("-", "--", ":", "-.")  # one per sweep variant
+LEGEND_INSIDE = 5  # a legend of more entries goes beside the axes
 
 
 def apply_theme() -> None:
@@ -94,6 +96,21 @@ def plot(name: str, frame: pd.DataFrame, ax: Axes | None = None) -> Axes:
         level = _coverage_level(metric)
         ax.axhline(level, color="black", linestyle=":", linewidth=1, gid="nominal")
     return ax
+
+
+def drawable_plots(frame: pd.DataFrame, plots: list[str] | None = None) -> list[str]:
+    """The plots of ``plots`` whose metric some fit of ``frame`` logged; given None, the
+    task's defaults read from the frame: NLL with accuracy (classification) or with RMSE
+    and coverage (regression). A template that draws these never meets a missing column."""
+    wanted = plots if plots is not None else [
+        "nll_vs_temperature", "accuracy_vs_temperature", "rmse_vs_temperature",
+        "coverage_vs_temperature",
+    ]
+    present = [name for name in wanted if name in PLOT_METRICS and plot_metric(name, frame) in frame]
+    return [
+        name for name in present
+        if pd.to_numeric(frame[plot_metric(name, frame)], errors="coerce").notna().any()
+    ]
 
 
 def plot_metric(name: str, frame: pd.DataFrame) -> str:
@@ -165,8 +182,9 @@ def metric_vs_temperature(
 
     for variant, part in _by_variant(succeeded, styles):
         inside = is_reference.loc[part.index]
-        _draw_sampled(ax, part.loc[~inside], metric, palette, variant, styles.get(variant, "-"))
-        _draw_references(ax, part.loc[inside], metric, palette, variant, styles.get(variant, "--"))
+        sampled_style, reference_style = (styles[variant],) * 2 if variant is not None else ("-", "--")
+        _draw_sampled(ax, part.loc[~inside], metric, palette, variant, sampled_style)
+        _draw_references(ax, part.loc[inside], metric, palette, variant, reference_style)
     _format_temperature_axis(ax, frame.loc[~is_reference, "temperature"])
     _mark_flagged(ax, succeeded, metric, is_reference.loc[succeeded.index])
     _mark_failed(ax, failed, palette, is_reference.loc[failed.index])
@@ -177,7 +195,10 @@ def metric_vs_temperature(
         label += "\n(log scale: the values span a factor of 10 or more)"
     ax.set_ylabel(label)
     ax.set_title(f"{metric} against temperature")
-    if ax.get_legend_handles_labels()[0]:
+    entries = len(ax.get_legend_handles_labels()[0])
+    if entries > LEGEND_INSIDE:  # beside the axes, where it hides no line
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    elif entries:
         ax.legend(loc="best", fontsize="small", frameon=True)
     return ax
 

@@ -366,11 +366,15 @@ def _display_name() -> str:
 
 
 def _export_html(notebook: Any, *, title: str, show_code: bool) -> str:
-    """Export an executed notebook to one HTML string with images as data URIs."""
+    """Export an executed notebook to one HTML string with images as data URIs and
+    formulas as MathML, loading nothing from the network (:mod:`bayesflow.report.offline`)."""
     from nbconvert import HTMLExporter
+
+    from bayesflow.report.offline import exporter_options, with_mathml
 
     exporter = HTMLExporter(
         template_name="lab",
+        **exporter_options(),
         exclude_input=not show_code,
         exclude_input_prompt=True,
         exclude_output_prompt=True,
@@ -378,7 +382,9 @@ def _export_html(notebook: Any, *, title: str, show_code: bool) -> str:
         # images already are: nbconvert inlines image/png outputs as base64.
         embed_images=True,
     )
-    body, resources = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
+    body, resources = exporter.from_notebook_node(
+        with_mathml(notebook), resources={"metadata": {"name": title}}
+    )
     if resources.get("outputs"):
         # An extracting preprocessor would leave image files next to the HTML.
         raise ReportError(

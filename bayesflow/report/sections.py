@@ -16,14 +16,36 @@ Every function returns text or a frame and draws nothing, so it is tested withou
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import pandas as pd
 import yaml
 
-from bayesflow.report.tables import failed_cells, results_table
+from bayesflow.report.tables import (
+    MARK,
+    best_temperature_table,
+    failed_cells,
+    flag_notes,
+    results_table,
+    variant_table,
+    variants,
+)
 
-__all__ = ["escape", "header", "metric_table", "read_spec", "run_links", "spec_block", "what_ran"]
+__all__ = [
+    "best_temperature",
+    "code",
+    "escape",
+    "flag_list",
+    "header",
+    "metric_table",
+    "read_spec",
+    "run_links",
+    "spec_block",
+    "styled",
+    "swept_keys",
+    "what_ran",
+]
 
 DEFAULT_STORE = "sqlite:///mlflow.db"
 
@@ -43,33 +65,127 @@ def escape(text: Any) -> str:
     return html.escape(str(text), quote=False)
 
 
-def header(workflow: str, spec_yaml: str) -> str:
-    """The workflow's name and the spec's description (what it studies and why), escaped."""
-    lines = [f"**Workflow:** `{workflow or 'unnamed'}`"]
+def code(text: Any) -> str:
+    """A user's string as a Markdown code span, shown as text whatever it holds: the
+    span's content is never read as HTML, and its fence is one backtick longer than the
+    longest run of backticks inside, so no name can close it early."""
+    body = " ".join(str(text).split()) or " "
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * (longest + 1)
+    padded = f" {body} " if body.startswith("`") or body.endswith("`") else body
+    return f"{fence}{padded}{fence}"
+
+
+def header(workflow: str, spec_yaml: str, run_info: dict[str, Any] | None = None) -> str:
+    """The workflow's name, the spec's description (what it studies and why) and, given
+    ``run_info`` (the report stage's :func:`~bayesflow.stages.report.run_environment`),
+    the bayesflow version and commit, the date rendered, the machine and the device;
+    everything escaped."""
+    lines = [f"**Workflow:** {code(workflow or 'unnamed')}"]
     description = read_spec(spec_yaml).get("description", "")
     if description:
         lines.append(escape(str(description).strip()))
+    info = run_info or {}
+    if info:
+        commit = str(info.get("commit") or "")
+        facts = [
+            f"bayesflow {escape(info.get('version', 'unknown'))}"
+            + (f" (commit {code(commit[:12])})" if commit else " (no git commit: an installed package)"),
+            f"rendered {escape(info.get('rendered', ''))}",
+            f"machine {escape(info.get('machine', ''))}",
+            f"device {code(info.get('device', 'cpu'))}",
+        ]
+        lines.append(" · ".join(facts))
     return "\n\n".join(lines)
 
 
 def what_ran(frame: pd.DataFrame) -> str:
-    """How many fits finished and failed, the methods, temperatures and seeds, and a
-    list of the failed (or skipped) fits with their errors."""
+    """How many fits finished and failed, the methods, temperatures, seeds and sweep
+    variants, and a list of the failed (or skipped) fits with their errors."""
     failed = failed_cells(frame)
     sampled = frame.loc[frame["temperature"] > 0]
     temperatures = sorted(pd.unique(sampled["temperature"]))
     lines = [
         f"- **{len(frame)}** fits: **{len(frame) - len(failed)}** finished, **{len(failed)}** failed",
-        f"- methods: {', '.join(f'`{method}`' for method in pd.unique(frame['method']))}",
+        f"- methods: {', '.join(code(method) for method in pd.unique(frame['method']))}",
         "- temperatures: " + (", ".join(f"{value:g}" for value in temperatures) or "none > 0"),
         f"- seeds: {', '.join(str(seed) for seed in sorted(pd.unique(frame['seed'])))}",
     ]
+    if variants(frame):
+        lines.append(f"- sweep variants: {', '.join(code(v) for v in variants(frame))}")
     if not failed.empty:
         lines.append("- **failed fits** (left out of means and figures): " + "; ".join(
-            f"`{row['method']}` T={row['temperature']:g} seed {row['seed']} ({_reason(row)})"
+            f"{code(row['method'])} T={row['temperature']:g} seed {row['seed']} ({_reason(row)})"
             for row in failed.to_dict("records")
         ))
     return "\n".join(lines)
+
+
+def styled(table: pd.DataFrame, precision: int = 3) -> Any:
+    """A table ready to display: no index, temperatures as ``0.1``, numbers at
+    ``precision`` digits and every string HTML-escaped (a pandas Styler does not escape
+    by default, so a method name could otherwise inject markup)."""
+    style = table.style.hide(axis="index").format(precision=precision, escape="html", na_rep="")
+    if "temperature" in table.columns:
+        style = style.format({"temperature": "{:g}"}, subset=["temperature"])
+    return style
+
+
+def flag_list(frame: pd.DataFrame) -> str:
+    """The flags raised on the finished fits, one line each (method, T, seed, the column
+    it concerns and its message), for under a table whose numbers carry :data:`MARK`;
+    empty when none was raised."""
+    notes = flag_notes(frame)
+    if notes.empty:
+        return ""
+    lines = [f"{MARK} **Flags** (a {MARK} marks the numbers they concern):", ""]
+    for row in notes.to_dict("records"):
+        variant = f" [{escape(row['variant'])}]" if "variant" in row else ""
+        lines.append(
+            f"- {code(row['method'])}{variant} T={float(row['temperature']):g} seed {row['seed']}, "
+            f"{code(row['column'])}: {escape(row['message'])}"
+        )
+    return "\n".join(lines)
+
+
+def best_temperature(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """A sentence and :func:`~bayesflow.report.tables.best_temperature_table` for the
+    frame: per method (and variant), the temperature of lowest mean test NLL over seeds."""
+    table = best_temperature_table(frame, "test_nll")
+    if table.empty:
+        return "_No fit logged a test NLL, so no temperature is best._", table
+    second = "accuracy" if "test_accuracy" in table else "RMSE" if "test_rmse" in table else ""
+    text = (
+        "Per method, the temperature with the lowest mean test NLL over seeds, its NLL"
+        + (f" and {second}" if second else "")
+        + " there (mean ± sd over the seeds that finished). A method whose fit does not "
+        "depend on the temperature has one row."
+    )
+    return text, table
+
+
+def swept_keys(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """For a sweep over spec keys (several ``variant`` values): a sentence naming the
+    swept keys and :func:`~bayesflow.report.tables.variant_table` (each method's best
+    test NLL, and where, in each variant). Empty text and table for a plain study."""
+    found = variants(frame)
+    table = variant_table(frame, "test_nll")
+    if not found or table.empty:
+        return "", table
+    keys = [column.split("/", 1)[1] for column in frame.columns if str(column).startswith("swept/")]
+    named = ", ".join(code(key) for key in keys) or "the swept keys"
+    best = best_temperature_table(frame, "test_nll")
+    winners = []
+    for method, rows in best.groupby("method", sort=False):
+        means = rows.set_index("variant")["test_nll"].str.extract(r"^(-?[\d.]+(?:e-?\d+)?)")[0].astype(float)
+        if means.notna().any():
+            winners.append(f"{code(method)}: {code(means.idxmin())}")
+    return (
+        f"The sweep varied {named} over {len(found)} variants. Each cell: the method's "
+        "lowest mean test NLL over temperatures in that variant, and the temperature it "
+        "is at. Lowest NLL by method: " + ("; ".join(winners) or "none finished") + ".",
+        table,
+    )
 
 
 def _reason(row: dict[str, Any]) -> str:
@@ -141,7 +257,7 @@ def run_links(
         for row in frame.to_dict("records"):
             where = f"runs:/{row['run_id']}" if by_run else row.get("cell", "")
             lines.append(
-                f"| `{row['method']}` | {row['temperature']:g} | {row['seed']} | {row['status']} "
-                f"| `{where}` |"
+                f"| {code(row['method'])} | {row['temperature']:g} | {row['seed']} | "
+                f"{escape(row['status'])} | {code(where)} |"
             )
     return "\n".join(lines)

@@ -203,7 +203,8 @@ def variant_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame
     best = best_temperature_table(frame, metric)
     if best.empty:
         return pd.DataFrame()
-    best["cell"] = best[metric] + " (T=" + best["best T"].str.replace("any (T → 0)", "→ 0", regex=False) + ")"
+    where = best["best T"].map(lambda value: "T → 0" if value.startswith("any") else f"T={value}")
+    best["cell"] = best[metric] + " (" + where + ")"
     wide = best.pivot(index="method", columns="variant", values="cell")
     methods = list(pd.unique(frame["method"]))
     wide = wide.reindex(index=[m for m in methods if m in wide.index], columns=found)

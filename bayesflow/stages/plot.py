@@ -40,7 +40,7 @@ def plot(stage: Stage, upstream: dict[str, Artefact], staging: Path) -> PlotArte
         draw(name, frame, ax=axis)
         figure.tight_layout()
         target = staging / f"{name}.png"
-        figure.savefig(target, dpi=DPI)
+        figure.savefig(target, dpi=DPI, bbox_inches="tight")  # a legend beside the axes
     finally:
         pyplot.close(figure)
     return PlotArtefact(target)

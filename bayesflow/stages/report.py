@@ -23,7 +23,7 @@ from bayesflow.stages.artefacts import (
 from bayesflow.stages.context import WorkflowContext
 from bayesflow.stages.table import cell_files, histories_of, results_table
 
-__all__ = ["report", "report_parameters"]
+__all__ = ["report", "report_parameters", "resolved_device", "run_environment"]
 
 
 def report(
@@ -52,8 +52,9 @@ def report(
 
 def report_parameters(loaded: LoadedSpec, folder: Path) -> dict[str, object]:
     """The papermill parameters every report template takes: the ``bundle`` folder, the
-    ``workflow`` name, the resolved ``spec_yaml``, the ``plots`` and the ``tracking_uri``
-    the runs are logged to (as the spec writes it)."""
+    ``workflow`` name, the resolved ``spec_yaml``, the ``plots``, the ``tracking_uri``
+    the runs are logged to (as the spec writes it) and ``run_info``
+    (:func:`run_environment`), which the header shows."""
     spec = loaded.spec
     return {
         "bundle": str(folder),
@@ -61,4 +62,39 @@ def report_parameters(loaded: LoadedSpec, folder: Path) -> dict[str, object]:
         "spec_yaml": loaded.to_yaml(),
         "plots": list(spec.plots),
         "tracking_uri": spec.tracking.uri or "",
+        "run_info": run_environment(spec.execution.device),
     }
+
+
+def run_environment(device: str) -> dict[str, str]:
+    """What produced the report: the bayesflow version and git commit (the tags every
+    MLflow run carries, :func:`~bayesflow.tracking.hook.process_tags`), when it was
+    rendered (UTC), the machine (host, CPU count, platform, Python) and the torch device
+    ``execution.device`` resolves to here (``cpu`` or ``cuda:<GPU name>``)."""
+    import os
+    import platform
+    import socket
+    from datetime import datetime, timezone
+
+    from bayesflow.tracking.hook import process_tags
+
+    tags = process_tags()
+    return {
+        "version": tags.get("bayesflow.version", "unknown"),
+        "commit": tags.get("mlflow.source.git.commit", ""),
+        "rendered": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{socket.gethostname()} ({os.cpu_count()} CPUs, {platform.platform()}, "
+        f"Python {platform.python_version()})",
+        "device": resolved_device(device),
+    }
+
+
+def resolved_device(device: str) -> str:
+    """``cpu``, or ``cuda:<name of GPU 0>`` when ``device`` (``auto`` or ``cuda``) uses one."""
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{torch.cuda.get_device_name(0)}"
+    return "cpu" if device == "auto" else "cuda (no CUDA device on the machine that rendered this)"

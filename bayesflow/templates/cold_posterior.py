@@ -17,8 +17,9 @@
 bundle = ""  # folder of the run's results (bayesflow.report.bundle), written for this report
 workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
-plots = ["nll_vs_temperature", "accuracy_vs_temperature"]
+plots = []  # figures to draw (the spec's `plots`); empty: those the results have metrics for
 tracking_uri = ""  # where the runs are logged (shown, not read)
+run_info = {}  # version, commit, date rendered, machine and device (the report stage's)
 
 # %%
 # %matplotlib inline
@@ -27,13 +28,14 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 from bayesflow.report import bundle as bundles
-from bayesflow.report import figures, sections
+from bayesflow.report import figures, sections, tables
 
 figures.apply_theme()
 data = bundles.open(bundle)
 frame = data.results()
+metrics = tables.summary_metrics(frame)  # NLL with accuracy, ECE, Brier or with RMSE, coverage
 
-display(Markdown(sections.header(workflow, spec_yaml)))
+display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
 # ## The temperature convention
@@ -58,7 +60,18 @@ display(Markdown(sections.what_ran(frame)))
 failed = figures.failed_cells(frame)
 if not failed.empty:
     display(Markdown("**Failed fits** (left out of the means, marked × in the figures):"))
-    display(failed[["method", "engine", "temperature", "seed", "status", "error"]].style.hide(axis="index"))
+    shown = [c for c in ["variant", "method", "engine", "temperature", "seed", "status", "error"] if c in failed]
+    display(sections.styled(failed[shown]))
+
+# %% [markdown]
+# ## Best temperature per method
+
+# %%
+text, best = sections.best_temperature(frame)
+display(Markdown(text))
+if not best.empty:
+    display(sections.styled(best))
+    display(Markdown(sections.flag_list(frame)))
 
 # %% [markdown]
 # ## Metrics against temperature
@@ -66,12 +79,17 @@ if not failed.empty:
 # Lines are the mean over seeds, bands ±1 standard deviation.
 
 # %%
-for name in plots:
-    metric = figures.PLOT_METRICS.get(name, name)
-    display(Markdown(f"### {figures.METRIC_LABELS.get(metric, name)}"))
-    figure, ax = plt.subplots(figsize=(7, 4.5))
+drawable = figures.drawable_plots(frame, plots or None)
+for name in drawable:
+    display(Markdown(f"### {sections.escape(figures.metric_label(figures.plot_metric(name, frame)))}"))
+    figure, ax = plt.subplots(figsize=(7.5, 4.5))
     figures.plot(name, frame, ax=ax)
     plt.show()
+skipped = [name for name in plots if name not in drawable]
+if skipped:
+    display(Markdown("_Not drawn, no fit logged their metric: " + ", ".join(map(sections.code, skipped)) + "._"))
+if not drawable:
+    display(Markdown("_No metric against temperature to draw._"))
 
 # %% [markdown]
 # ## Results
@@ -79,7 +97,15 @@ for name in plots:
 # Mean ± standard deviation over the seeds that finished; `finished` counts them.
 
 # %%
-display(figures.results_table(frame).style.hide(axis="index").format({"temperature": "{:g}"}))
+display(sections.styled(figures.results_table(frame, metrics)))
+display(Markdown(sections.flag_list(frame)))
+
+# %%
+# Along the swept keys: only for a sweep over spec keys (`bayesflow run spec.yaml -m ...`).
+text, by_variant = sections.swept_keys(frame)
+if not by_variant.empty:
+    display(Markdown("## Along the swept keys\n\n" + text))
+    display(sections.styled(by_variant))
 
 # %% [markdown]
 # ## Sampler diagnostics
@@ -89,7 +115,7 @@ display(figures.results_table(frame).style.hide(axis="index").format({"temperatu
 # parameters, each as a ratio to the temperature the sampler should have (Wenzel et al.,
 # 2020, Section 4; 1 is right), the share of parameter tensors whose kinetic temperature
 # lies in its 99% $\chi^2$ interval, and, for several chains that keep every sample, split
-# $\hat R$ and the effective sample size of the log posterior (approximate for SG-MCMC).
+# R-hat and the effective sample size of the log posterior (approximate for SG-MCMC).
 # Below, per epoch: the training loss (negative per-datum log posterior), the kinetic
 # temperature ratio and, for a schedule that varies it, the step size.
 
@@ -102,25 +128,32 @@ diagnostic_columns = [
 ]
 if diagnostic_columns:
     samplers = frame.dropna(subset=[diagnostic_columns[0]])
-    table = samplers.groupby(["method", "temperature"])[diagnostic_columns].mean().reset_index()
-    display(table.style.hide(axis="index").format(precision=3).format({"temperature": "{:g}"}))
+    display(sections.styled(figures.results_table(samplers, diagnostic_columns)))
 else:
     display(Markdown("_No sampler diagnostics were logged (no SG-MCMC fit at T > 0)._"))
-traces = data.histories("train_loss")
+style = "variant" if tables.variants(frame) else None
+
+
+def with_variant(series):
+    """A history with each cell's sweep variant, to draw a line style per variant."""
+    return series.merge(frame[["cell", "variant"]], on="cell", how="left") if style else series
+
+
+traces = with_variant(data.histories("train_loss"))
 # one-pass methods (Laplace) have no trace worth drawing
 traces = traces.groupby("cell").filter(lambda cell: len(cell) > 1)
 if not traces.empty:
     grid = sns.relplot(
-        data=traces, x="step", y="value", hue="temperature", col="method", kind="line",
+        data=traces, x="step", y="value", hue="temperature", col="method", kind="line", style=style,
         errorbar=None, col_wrap=min(3, traces["method"].nunique()), height=3, aspect=1.3, palette="viridis",
         facet_kws={"sharey": False},
     )
     grid.set_axis_labels("epoch", "training loss")
     plt.show()
-kinetic = data.histories("trace/kinetic_temperature_ratio")
+kinetic = with_variant(data.histories("trace/kinetic_temperature_ratio"))
 if not kinetic.empty:
     grid = sns.relplot(
-        data=kinetic, x="step", y="value", hue="temperature", col="method", kind="line",
+        data=kinetic, x="step", y="value", hue="temperature", col="method", kind="line", style=style,
         errorbar=None, col_wrap=min(3, kinetic["method"].nunique()), height=3, aspect=1.3, palette="viridis",
     )
     grid.set_axis_labels("epoch", "kinetic temperature / target")
@@ -146,8 +179,7 @@ if not steps.empty and steps["value"].nunique() > 1:  # a constant step size say
 # %%
 ood_columns = [c for c in frame.columns if c.startswith("ood_auroc")]
 if ood_columns:
-    table = frame.groupby(["method", "temperature"])[ood_columns].mean().reset_index()
-    display(table.style.hide(axis="index").format(precision=3).format({"temperature": "{:g}"}))
+    display(sections.styled(figures.results_table(frame, ood_columns)))
 else:
     display(Markdown("_This workflow has no out-of-distribution inputs._"))
 

@@ -56,10 +56,10 @@ for label, run in zip(labels, run_ids):
         "fits": f"{finished}/{len(frames[label])} finished",
         "methods": ", ".join(spec.get("methods") or []),
     })
-display(pd.DataFrame(rows).style.hide(axis="index"))
+display(sections.styled(pd.DataFrame(rows)))
 names = {sections.read_spec(text).get("name") for text in specs.values()}
 if len(names) > 1:
-    display(Markdown(f"_Note: these runs come from different workflows ({', '.join(map(str, names))})._"))
+    display(Markdown(f"_Note: these runs come from different workflows ({', '.join(sections.code(name) for name in names)})._"))
 
 # %% [markdown]
 # ## How the specs differ
@@ -67,7 +67,7 @@ if len(names) > 1:
 # %%
 for label in labels[1:]:
     difference = compare.spec_difference(specs[labels[0]], specs[label], (labels[0], label))
-    display(Markdown(f"### A → {label}"))
+    display(Markdown(f"### A → {sections.escape(label)}"))
     display(Markdown(f"```diff\n{difference}\n```" if difference else "_The resolved specs are identical._"))
 
 # %% [markdown]
@@ -93,7 +93,7 @@ for metric in metrics:
 
 # %%
 table = compare.difference_table(frame, metrics)
-display(table.style.hide(axis="index").format(precision=4, na_rep="").format({"temperature": "{:g}"}))
+display(sections.styled(table, precision=4))
 
 # %% [markdown]
 # ## Where the runs are

@@ -22,6 +22,7 @@ workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = []  # unused: this report draws its own figures
 tracking_uri = ""  # where the runs are logged (shown, not read)
+run_info = {}  # version, commit, date rendered, machine and device (the report stage's)
 
 # %%
 # %matplotlib inline
@@ -38,7 +39,7 @@ data = bundles.open(bundle)
 frame = data.results()
 spec = sections.read_spec(spec_yaml)
 methods = list((spec.get("methods") or {}).keys())
-display(Markdown(sections.header(workflow, spec_yaml)))
+display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
 # ## What ran
@@ -92,8 +93,7 @@ if not seen.empty:
     plt.show()
     last = seen.loc[seen["trained on"] == seen["trained on"].max()]
     summary = last.groupby("method")["value"].agg(["mean", "std"]).reset_index()
-    display(summary.rename(columns={"mean": "final average NLL", "std": "sd over seeds"})
-            .style.hide(axis="index").format(precision=3))
+    display(sections.styled(summary.rename(columns={"mean": "final average NLL", "std": "sd over seeds"})))
 
 # %% [markdown]
 # ## Results on the whole test set after the last episode
@@ -102,7 +102,8 @@ if not seen.empty:
 
 # %%
 table = sections.metric_table(frame, ["test_nll", "test_accuracy", "test_ece", "fit_seconds", "steps"], methods)
-display(table.style.hide(axis="index").format({"temperature": "{:g}"}))
+display(sections.styled(table))
+display(Markdown(sections.flag_list(frame)))
 
 # %% [markdown]
 # ## Workflow spec

@@ -21,6 +21,7 @@ workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = []  # unused: this report draws its own figures
 tracking_uri = ""  # where the runs are logged (shown, not read)
+run_info = {}  # version, commit, date rendered, machine and device (the report stage's)
 
 # %%
 # %matplotlib inline
@@ -39,7 +40,7 @@ frame = data.results()
 spec = sections.read_spec(spec_yaml)
 methods = spec.get("methods") or {}
 barrier = float((spec.get("model") or {}).get("barrier", 4.0))
-display(Markdown(sections.header(workflow, spec_yaml)))
+display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
 # ## What ran
@@ -102,7 +103,8 @@ for row in finished.itertuples():
         shares.append({"cell": row.cell, "right_mode_share": float((arrays["samples"][:, 0] > 0).mean())})
 frame = frame.merge(pd.DataFrame(shares, columns=["cell", "right_mode_share"]), on="cell", how="left")
 table = sections.metric_table(frame, ["right_mode_share", "ksd", "fit_seconds", "steps"], list(methods))
-display(table.style.hide(axis="index").format({"temperature": "{:g}"}))
+display(sections.styled(table))
+display(Markdown(sections.flag_list(frame)))
 
 # %% [markdown]
 # ## Workflow spec

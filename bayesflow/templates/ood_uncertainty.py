@@ -19,6 +19,7 @@ workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
 plots = []  # unused: this report draws its own figures
 tracking_uri = ""  # where the runs are logged (shown, not read)
+run_info = {}  # version, commit, date rendered, machine and device (the report stage's)
 
 # %%
 # %matplotlib inline
@@ -32,7 +33,7 @@ figures.apply_theme()
 data = bundles.open(bundle)
 frame = data.results()
 spec = sections.read_spec(spec_yaml)
-display(Markdown(sections.header(workflow, spec_yaml)))
+display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
 # ## The uncertainty decomposition
@@ -91,7 +92,7 @@ table = sections.metric_table(
     frame, ["ood_auroc_total", "ood_auroc_epistemic", "test_accuracy", "test_nll"],
     list(spec.get("methods") or []),
 ).rename(columns={"ood_auroc_total": "AUROC (TU)", "ood_auroc_epistemic": "AUROC (EU)"})
-display(table.style.hide(axis="index").format({"temperature": "{:g}"}))
+display(sections.styled(table))
 
 # %% [markdown]
 # ## Results
@@ -100,7 +101,8 @@ display(table.style.hide(axis="index").format({"temperature": "{:g}"}))
 
 # %%
 results = sections.metric_table(frame, list(figures.TABLE_METRICS), list(spec.get("methods") or []))
-display(results.style.hide(axis="index").format({"temperature": "{:g}"}))
+display(sections.styled(results))
+display(Markdown(sections.flag_list(frame)))
 
 # %% [markdown]
 # ## Workflow spec

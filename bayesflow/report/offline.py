@@ -1,0 +1,100 @@
+"""A report that reads the same without a network: formulas as MathML, no CDN scripts.
+
+nbconvert's HTML leaves LaTeX (``$...$``) in the page for MathJax, which it loads from a
+CDN, along with require.js; opened offline the reader sees raw dollars. Before export,
+:func:`with_mathml` rewrites the LaTeX of every Markdown cell and Markdown output into
+MathML (``<math>`` elements, which browsers draw natively) with the pure-Python
+``latex2mathml``, and :func:`exporter_options` selects a template without the CDN
+``<script>`` tags. Code (fenced blocks and inline spans) is left as written, and a
+formula that does not convert stays as its text.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from jinja2 import DictLoader
+
+__all__ = ["OFFLINE_TEMPLATE", "exporter_options", "latex_to_mathml", "with_mathml"]
+
+OFFLINE_TEMPLATE = "bayesflow_offline.html.j2"
+# The JupyterLab template without the blocks that load require.js, MathJax and Mermaid
+# from a CDN: the report runs no script.
+_TEMPLATE = """\
+{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+# Code that must stay as written: fenced blocks first, then inline spans.
+_CODE = re.compile(r"(^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?^[ \t]*\2[ \t]*$|`+[^`\n]*?`+)", re.MULTILINE | re.DOTALL)
+# $$display$$, then $inline$ (pandoc's rule: no space inside the dollars, no digit after
+# the closing one, so "$5 and $6" is prose); a backslash-escaped dollar is text.
+_MATH = re.compile(r"(?<![\\$])\$\$(.+?)\$\$|(?<![\\$])\$(?![\s$])([^$\n]+?)(?<![\s\\])\$(?![\d$])", re.DOTALL)
+# What converted MathML may contain: MathML elements only, no event handler, no link.
+_MATHML_TAGS = {
+    "math", "mrow", "mi", "mo", "mn", "ms", "msub", "msup", "msubsup", "mfrac", "msqrt",
+    "mroot", "mover", "munder", "munderover", "mtext", "mspace", "mstyle", "mtable", "mtr",
+    "mtd", "mpadded", "mphantom", "menclose", "merror", "mfenced", "mmultiscripts",
+    "mprescripts", "none", "semantics", "annotation",
+}
+_TAG = re.compile(r"</?\s*([A-Za-z][\w:-]*)")
+
+
+def exporter_options() -> dict[str, Any]:
+    """Keyword arguments of nbconvert's ``HTMLExporter`` for a page without CDN scripts."""
+    return {
+        "extra_loaders": [DictLoader({OFFLINE_TEMPLATE: _TEMPLATE})],
+        "template_file": OFFLINE_TEMPLATE,
+    }
+
+
+def latex_to_mathml(latex: str, display: bool = False) -> str | None:
+    """One formula as a ``<math>`` element, or None when it does not convert or the
+    result holds anything but MathML (``\\text{<b>}`` is passed through by the converter)."""
+    from latex2mathml.converter import convert
+
+    try:
+        mathml = convert(latex.strip(), display="block" if display else "inline")
+    except Exception:  # noqa: BLE001 - the converter raises many kinds on LaTeX it does not know
+        return None
+    tags = {tag.lower() for tag in _TAG.findall(mathml)}
+    if not tags <= _MATHML_TAGS or re.search(r"\son\w+\s*=|javascript:", mathml, re.IGNORECASE):
+        return None
+    return mathml
+
+
+def markdown_with_mathml(text: str) -> str:
+    """Markdown with each ``$...$`` and ``$$...$$`` outside code replaced by MathML."""
+    pieces, last = [], 0
+    for code in _CODE.finditer(text):
+        pieces.append(_MATH.sub(_convert, text[last:code.start()]))
+        pieces.append(code.group(0))
+        last = code.end()
+    pieces.append(_MATH.sub(_convert, text[last:]))
+    return "".join(pieces)
+
+
+def _convert(match: re.Match[str]) -> str:
+    display = match.group(1) is not None
+    mathml = latex_to_mathml(match.group(1) if display else match.group(2), display)
+    return match.group(0) if mathml is None else mathml
+
+
+def with_mathml(notebook: Any) -> Any:
+    """A copy of an executed notebook whose Markdown cells and ``text/markdown`` outputs
+    hold MathML instead of LaTeX (the notebook itself keeps its LaTeX)."""
+    converted = copy.deepcopy(notebook)
+    for cell in converted.cells:
+        if cell.cell_type == "markdown":
+            cell.source = markdown_with_mathml(cell.source)
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "text/markdown" in data:
+                source = data["text/markdown"]
+                text = "".join(source) if isinstance(source, list) else source
+                data["text/markdown"] = markdown_with_mathml(text)
+    return converted
