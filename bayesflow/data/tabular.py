@@ -193,7 +193,11 @@ def csv(
     standardize: bool = True,
     base_dir: Path | None = None,
 ) -> Dataset:
-    """A CSV file with a header row: numeric features and one target column."""
+    """A CSV file with a header row: numeric features and one target column.
+
+    ``test_fraction: 0`` keeps every row for training and an empty test set (the rows
+    are then not shuffled: their order does not matter to a full-batch or minibatch fit).
+    """
     import pandas as pd
     from pandas.api.types import is_numeric_dtype
 
@@ -219,9 +223,12 @@ def csv(
     integer_target = task == "classification"
     y = y_raw.astype(np.int64) if integer_target else y_raw.astype(np.float32)
     where = f"{file.name} (target column {target!r})"
-    x_train, y_train, x_test, y_test = split(
-        x, y, test_fraction, split_seed, integer_target, where, str(file)
-    )
+    if test_fraction == 0:  # every row fits; nothing is held out (no predictive metrics)
+        x_train, y_train, x_test, y_test = x, y, x[:0], y[:0]
+    else:
+        x_train, y_train, x_test, y_test = split(
+            x, y, test_fraction, split_seed, integer_target, where, str(file)
+        )
     if standardize:
         x_train, x_test = standardize_columns(x_train, x_test, list(features.columns), file.name, str(file))
     return Dataset(

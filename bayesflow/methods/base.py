@@ -62,12 +62,15 @@ class Traits:
             optimisation limit).
         posterior: ``samples``, ``gaussian`` (mean with var or cov) or ``point``.
         tasks: the likelihood tasks it applies to.
-        diagnostics: the sampler diagnostics that apply: ``kinetic_temperature``,
-            ``configurational_temperature``, ``convergence`` (split R-hat and ESS).
+        diagnostics: the diagnostics that apply: ``kinetic_temperature``,
+            ``configurational_temperature``, ``convergence`` (split R-hat and ESS),
+            ``loss_convergence`` (the loss has stopped falling; evaluate/flags.py).
         uses_prior: False when the method ignores the spec's prior (maximum likelihood).
         prediction_fields: settings that change how the posterior predicts but not the
             fit (left out of the curvature key, so two methods differing only there share
             one curvature pass).
+        models, priors: the model and prior names (``model.name``, ``prior.name``) it is
+            valid for, checked at validate; None: any (a closed form holds for some only).
     """
 
     shares_temperature: Literal["never", "always", "posterior"] = "never"
@@ -81,6 +84,8 @@ class Traits:
     diagnostics: frozenset[str] = frozenset()
     uses_prior: bool = True
     prediction_fields: frozenset[str] = frozenset({"prediction"})
+    models: frozenset[str] | None = None
+    priors: frozenset[str] | None = None
 
     def shared_across_temperatures(self, convention: str) -> bool:
         """Whether one fit serves every temperature under a temperature ``convention``."""

@@ -80,7 +80,8 @@ class CsvSpec(Strict):
         "for a file shipped with bayesflow (e.g. `package:pima_indians_diabetes.csv`)."
     )
     target: str = Field(description="Name of the target column.")
-    test_fraction: float = Field(0.25, gt=0, lt=1, description="Share of rows held out for testing.")
+    test_fraction: float = Field(0.25, ge=0, lt=1, description="Share of rows held out for "
+                                 "testing; 0 fits on every row and skips the predictive metrics.")
     split_seed: int = Field(0, description="Seed of the train/test split.")
     standardize: bool = Field(True, description="Standardise features with training statistics.")
 

@@ -26,7 +26,7 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
     Runs on the unvalidated data so that these are reported together with every
     per-field problem, not only once the rest of the spec is valid.
     """
-    problems = _vocabulary_problems(data) + _input_problems(data)
+    problems = _vocabulary_problems(data) + _input_problems(data) + _held_out_problems(data)
     methods = data.get("methods") if isinstance(data, dict) else None
     if not isinstance(methods, dict):
         return problems
@@ -62,8 +62,56 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
             problems.append((("methods", name, "engine"),
                 f"{engine} does not apply to {task} (the likelihood's task); it applies to "
                 f"{', '.join(sorted(traits.tasks))}"))
+        if traits is not None:
+            problems.extend(_block_problems(name, engine, traits, data))
     problems.extend(_cycles(methods))
     problems.extend(_reference_problems(data.get("evaluate"), methods))
+    return problems
+
+
+def _block_problems(
+    name: str, engine: str, traits: Any, data: dict[str, Any]
+) -> list[tuple[tuple[str, ...], str]]:
+    """A method valid for some models or priors only (its traits' ``models``, ``priors``:
+    a closed form) refuses the others."""
+    problems = []
+    for block, allowed in (("model", traits.models), ("prior", traits.priors)):
+        given = data.get(block)
+        chosen = given.get("name") if isinstance(given, dict) else None
+        if allowed is not None and isinstance(chosen, str) and chosen not in allowed:
+            problems.append((("methods", name, "engine"),
+                f"{engine} is exact only for {block} {' or '.join(sorted(allowed))}, but "
+                f"`{block}.name` is {chosen!r}; use such a {block}, or another method"))
+    return problems
+
+
+# The metrics of the predictive plots (``<metric>_vs_temperature``): each needs a test set.
+PREDICTIVE_PLOT_METRICS = frozenset({"nll", "accuracy", "ece", "brier", "rmse", "coverage"})
+
+
+def _held_out_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
+    """With ``data.test_fraction: 0`` nothing is held out: predictive plots (listed, or the
+    task's defaults when ``plots`` is left out) and the prior predictive check are refused."""
+    dataset = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(dataset, dict) or dataset.get("test_fraction") != 0:
+        return []
+    problems = []
+    plots = data.get("plots")
+    why = "data.test_fraction is 0, so no rows are held out and there are no predictive metrics"
+    fix = "hold out rows (e.g. data.test_fraction=0.25)"
+    if plots is None:
+        problems.append((("data", "test_fraction"),
+            f"is 0 (no held-out rows), but `plots` is left out, which draws the task's "
+            f"predictive plots; set `plots: []`, or {fix}"))
+    elif isinstance(plots, list):
+        named = [p for p in plots if isinstance(p, str) and p.split("_vs_")[0] in PREDICTIVE_PLOT_METRICS]
+        if named:
+            problems.append((("plots",),
+                f"the plots {', '.join(named)} need held-out data: {why}; remove them, or {fix}"))
+    evaluate = data.get("evaluate")
+    if isinstance(evaluate, dict) and evaluate.get("prior_predictive") is True:
+        problems.append((("evaluate", "prior_predictive"),
+            f"predicts the held-out rows: {why}; set it to false, or {fix}"))
     return problems
 
 

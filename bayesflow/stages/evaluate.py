@@ -1,5 +1,8 @@
 """The evaluate stage: a fitted posterior's metrics on the test set.
 
+Without a test set (``data.test_fraction: 0``) the predictive metrics are skipped, with a
+note under ``conventions["predictive"]``.
+
 Beyond the predictive metrics (``docs/metrics.md``): with ``evaluate.ksd``, the kernelised
 Stein discrepancy of its samples against the tempered target; with ``evaluate.reference``,
 its distances to the reference method's fit at the same temperature and seed (the stage's
@@ -29,6 +32,11 @@ KSD_CHUNK = 64
 # the KSD's draws are neither each other's nor the fit's.
 PREDICTIVE_SEED_OFFSET = 10_000
 KSD_SEED_OFFSET = 30_000
+# The note (an MLflow tag, convention.predictive) of an evaluation without held-out data.
+NO_TEST_SET = (
+    "skipped: no held-out rows (data.test_fraction is 0), so no predictive metrics; the "
+    "KSD and the distances to evaluate.reference need none"
+)
 
 
 def evaluate(
@@ -54,7 +62,9 @@ def evaluate(
     if context.dataset.x_ood is not None:
         x_ood = torch.as_tensor(context.dataset.x_ood, device=problem.device)
     result = Evaluation({})  # an energy (a fixed target, no data) has no predictive
-    if likelihood.task != "energy":
+    if likelihood.task != "energy" and not len(y_test):
+        result = Evaluation({}, conventions={"predictive": NO_TEST_SET})
+    elif likelihood.task != "energy":
         result = evaluate_full(
             problem, likelihood, posterior, x_test, y_test,
             n_samples=settings.n_samples, generator=generator, ece_bins=settings.ece_bins,

@@ -164,6 +164,7 @@ SMALL_CONFIGS: dict[str, dict[str, Any]] = {
     "baoa": {**SAMPLER, "keep": "last"},
     "sgmcmc_wenzel": {**SAMPLER, "schedule": {"kind": "cyclical", "cycles": 2}},
     "nuts": {"warmup": 4, "num_samples": 3, "chains": 2},
+    "conjugate_linear": {},
 }
 
 

@@ -1,0 +1,56 @@
+"""``conjugate_linear``: the closed form it computes equals the textbook posterior."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bayesflow.errors import StageError
+from bayesflow.methods import METHODS
+from bayesflow.temperature import Tempering
+from tests.engines.helpers import CASES, NUM_DATA, Regression, exact, run
+
+
+@pytest.mark.parametrize(("temperature", "convention"), CASES)
+def test_mean_and_covariance_are_the_closed_form(
+    regression: Regression, temperature: float, convention: str
+) -> None:
+    """Mean and covariance equal the conjugate formulas of the test helpers, at two
+    temperatures and under both conventions, from any starting point (one Newton step)."""
+    truth = exact(regression[1], regression[2], temperature, convention)
+    for start in (None, torch.full((3,), 5.0, dtype=torch.float64)):
+        posterior = run("conjugate_linear", regression, temperature, convention, params=start)
+        assert posterior.mean is not None and posterior.cov is not None
+        torch.testing.assert_close(posterior.mean, truth.mean, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(posterior.cov, truth.cov, rtol=1e-9, atol=1e-12)
+
+
+def test_zero_temperature_is_the_point_mass_at_the_mode(regression: Regression) -> None:
+    """At T = 0 the covariance vanishes and the mean is the posterior mode."""
+    posterior = run("conjugate_linear", regression, 0.0, "posterior")
+    assert posterior.cov is not None and not posterior.cov.any()
+    torch.testing.assert_close(posterior.mean, exact(*regression[1:], 1.0, "posterior").mean)
+
+
+def test_posterior_before_the_update_is_an_error(regression: Regression) -> None:
+    """Asking an unfitted state for its posterior says what to do."""
+    method = METHODS.get("conjugate_linear")
+    engine = method.builder()(
+        regression[0], Tempering(1.0, NUM_DATA), method.spec.model_validate({"engine": "conjugate_linear"})
+    )
+    state = engine.init(torch.zeros(3, dtype=torch.float64), torch.Generator())
+    with pytest.raises(StageError, match="fit"):
+        engine.posterior(state)
+
+
+def test_module_imports_without_torch() -> None:
+    """The spec layer imports the module; torch stays unloaded."""
+    code = (
+        "import sys, bayesflow.methods.conjugate\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
