@@ -93,3 +93,63 @@ def test_results_table_formats_mean_and_spread(results_frame: pd.DataFrame) -> N
     assert table.loc[("map", 0.0), "test_nll"] == "0.305 ± 0.007"
     assert table.loc[("sghmc", 3.0), "finished"] == "1/2"
     assert "±" not in table.loc[("sghmc", 3.0), "test_nll"]
+
+
+def test_values_spanning_a_decade_get_a_log_axis(results_frame: pd.DataFrame) -> None:
+    """Laplace at T = 1 ten times worse than the rest: the y axis turns logarithmic and
+    its label says so; the plain frame stays linear."""
+    assert figures.metric_vs_temperature(results_frame, "test_nll").get_yscale() == "linear"
+    wide = results_frame.copy()
+    wide.loc[(wide["method"] == "laplace") & (wide["temperature"] == 1.0), "test_nll"] = 13.6
+    ax = figures.metric_vs_temperature(wide, "test_nll")
+    assert ax.get_yscale() == "log"
+    assert "log scale" in ax.get_ylabel()
+
+
+def test_a_negative_value_keeps_the_axis_linear(results_frame: pd.DataFrame) -> None:
+    """A regression NLL can be negative, which a log axis cannot show."""
+    wide = results_frame.copy()
+    wide.loc[wide["method"] == "laplace", "test_nll"] = -2.0
+    wide.loc[wide["method"] == "sghmc", "test_nll"] = 30.0
+    assert figures.metric_vs_temperature(wide, "test_nll").get_yscale() == "linear"
+
+
+def test_flagged_fits_are_circled(results_frame: pd.DataFrame) -> None:
+    """Each flagged finished fit is circled at its value; no circle without flags."""
+    from .frames import with_flags
+
+    ax = figures.metric_vs_temperature(with_flags(), "test_nll")
+    (circles,) = [item for item in ax.collections if item.get_gid() == "flagged"]
+    assert sorted(circles.get_offsets()[:, 0].tolist()) == [0.1, 1.0]
+    plain = figures.metric_vs_temperature(results_frame, "test_nll")
+    assert not [item for item in plain.collections if item.get_gid() == "flagged"]
+
+
+def test_a_sweep_draws_a_line_style_per_variant() -> None:
+    """Two variants: each sampled method has one line per variant, in its own style."""
+    from .frames import sweep
+
+    ax = figures.metric_vs_temperature(sweep(), "test_nll")
+    styles = {line.get_gid(): line.get_linestyle() for line in ax.lines if line.get_gid()}
+    assert styles["method:laplace:prior.variance=0.1"] == "-"
+    assert styles["method:laplace:prior.variance=1"] == "--"
+    assert "reference:map:prior.variance=1" in styles
+
+
+def test_regression_plots_draw_rmse_and_the_nearest_coverage() -> None:
+    """A regression frame draws NLL, RMSE and coverage (the 95% level, nearest to 90%
+    of those logged, with its nominal line); accuracy is not drawable."""
+    from .frames import regression
+
+    frame = regression()
+    assert figures.drawable_plots(frame) == [
+        "nll_vs_temperature", "rmse_vs_temperature", "coverage_vs_temperature"
+    ]
+    assert figures.drawable_plots(frame, ["accuracy_vs_temperature", "nll_vs_temperature"]) == [
+        "nll_vs_temperature"
+    ]
+    assert figures.plot_metric("coverage_vs_temperature", frame) == "test_coverage_95"
+    ax = figures.plot("coverage_vs_temperature", frame)
+    (nominal,) = [line for line in ax.lines if line.get_gid() == "nominal"]
+    assert nominal.get_ydata()[0] == pytest.approx(0.95)
+    assert "95% predictive interval" in ax.get_ylabel()
