@@ -79,6 +79,9 @@ def plan(
     else:
         print_table(_plan_rich_table(rows, (loaded.first if multirun else loaded).spec.name))
     output.print(counts_text(rows), markup=False, highlight=False)
+    shared = len(rows) - len({row["key"] for row in rows})
+    if shared:  # equal settings across methods or a sweep's variants
+        output.print(f"{shared} stages have the key of another stage: computed once", markup=False, highlight=False)
 
 
 def _plan_rich_table(rows: list[dict[str, Any]], workflow: str) -> Table:
