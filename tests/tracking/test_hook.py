@@ -3,8 +3,11 @@ child run per fit stage name, none duplicated by a rerun."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 import bayesflow
@@ -36,11 +39,11 @@ def twice(tmp_path_factory: pytest.TempPathFactory) -> tuple[InMemoryTracker, li
 def test_every_fit_is_a_child_run_with_its_artefacts(twice) -> None:
     """Params, fit and evaluation metrics, the loss history, both npz artifacts, the
     evaluation's key; one run per fit stage."""
-    tracker, (first, second) = twice
-    runs = {record.tags["bayesflow.stage"]: record for record in fit_runs(tracker)}
+    tracker, (first, _) = twice
+    runs = {record.tags["bayesflow.stage"]: record for record in fit_runs(tracker) if record.parent_id == first.run_id}
     assert set(runs) == set(first.fit_runs) and len(runs) == 7
     record = runs["fit/sghmc/T=0.1/seed=0"]
-    assert record.parent_id == second.run_id and record.status == "FINISHED"
+    assert record.status == "FINISHED" and "bayesflow.computed_by" not in record.tags
     assert {"method": "sghmc", "engine": "sghmc", "temperature": "0.1", "seed": "0"}.items() <= record.params.items()
     assert {"fit_seconds", "steps", "train_loss", "test_nll", "test_accuracy"} <= set(record.metrics)
     assert len(tracker.get_history(record.run_id, "train_loss")) == 3
@@ -64,15 +67,40 @@ def test_equal_methods_share_the_computation_but_not_the_run(twice) -> None:
     assert (table.loc[table["method"] == "twin", "status"] == "FINISHED").all()
 
 
-def test_rerun_reuses_every_run_and_logs_nothing_again(twice) -> None:
-    """The second run creates no fit run, moves every one under its parent, and does not
-    log an evaluation again."""
+def test_a_rerun_keeps_the_first_parents_children_and_points_to_them(twice) -> None:
+    """The second run computes nothing, yet its parent gets one child per cell, tagged
+    with the run that computed it, with the same params, metrics and histories and no
+    artifacts of its own; the first parent keeps its children."""
     tracker, (first, second) = twice
-    assert second.fit_runs == first.fit_runs
-    assert all(record.parent_id == second.run_id for record in fit_runs(tracker))
-    assert len(fit_runs(tracker)) == 7
-    for run_id in second.fit_runs.values():
+    assert set(second.outcome.status.values()) == {"cached"}
+    assert set(second.fit_runs) == set(first.fit_runs)
+    assert len(fit_runs(tracker)) == 14
+    for stage, run_id in second.fit_runs.items():
+        child, source = tracker.get_run(run_id), tracker.get_run(first.fit_runs[stage])
+        assert child.parent_id == second.run_id and source.parent_id == first.run_id
+        assert child.tags["bayesflow.computed_by"] == source.run_id and child.tags["bayesflow.reused"] == "true"
+        assert child.tags["bayesflow.artifact_uri"] == source.artifact_uri
+        assert child.params == source.params and child.metrics == source.metrics
+        assert tracker.get_history(run_id, "train_loss") == tracker.get_history(source.run_id, "train_loss")
         assert len(tracker.get_history(run_id, "test_nll")) == 1
+        assert not (tracker.artifact_root / run_id / "artifacts" / "posterior").exists()
+
+
+def test_readers_give_the_same_tables_for_both_parents(twice) -> None:
+    """results, histories and posteriors of the second parent equal the first's (run ids
+    aside); the posteriors come from the runs that computed them."""
+    tracker, (first, second) = twice
+    ids = ["run_id", "run_name"]
+    one, two = (bayesflow.results(run.run_id, tracker=tracker) for run in (first, second))
+    pd.testing.assert_frame_equal(one.drop(columns=ids), two.drop(columns=ids))
+    history = [bayesflow.histories(run.run_id, tracker=tracker).drop(columns="run_id") for run in (first, second)]
+    pd.testing.assert_frame_equal(*history)
+    posteriors = [bayesflow.posteriors(run.run_id, tracker=tracker) for run in (first, second)]
+    by_stage = [{stage: found[run.fit_runs[stage]] for stage in run.fit_runs} for run, found in zip((first, second), posteriors)]
+    assert by_stage[0].keys() == by_stage[1].keys() and len(by_stage[0]) == 7
+    for stage, arrays in by_stage[0].items():
+        for name, values in arrays.items():
+            np.testing.assert_array_equal(values, by_stage[1][stage][name])
 
 
 def test_a_failed_fit_is_a_failed_run_with_its_error(tmp_path: Path) -> None:
@@ -87,3 +115,31 @@ def test_a_failed_fit_is_a_failed_run_with_its_error(tmp_path: Path) -> None:
     assert failed.tags["bayesflow.stage"] == "fit/sghmc/T=1/seed=0" and "diverged" in failed.tags["bayesflow.error"]
     assert (tracker.artifact_root / failed.run_id / "artifacts" / "error.txt").exists()
     assert tracker.get_run(result.run_id).status == "FAILED"
+
+
+def test_a_sampler_run_has_summary_metrics_its_flags_and_one_diagnostics_table(twice) -> None:
+    """An SG-MCMC fit run holds a few summary metrics (no per-tensor ones), one tag per
+    flag with their count as the metric `flags` (the same flags as the results table),
+    and every tensor's diagnostics in diagnostics/diagnostics.json."""
+    tracker, (first, _) = twice
+    table = first.results()
+    for stage in ("fit/sghmc/T=0.1/seed=0", "fit/sghmc/T=1/seed=0"):
+        record = tracker.get_run(first.fit_runs[stage])
+        assert len(record.metrics) <= 20 and not [key for key in record.metrics if "/" in key and not key.startswith("trace/")]
+        assert {"kinetic_temperature_ratio", "configurational_temperature_ratio", "flags"} <= set(record.metrics)
+        tags = {key.removeprefix("bayesflow.flag."): value for key, value in record.tags.items()
+                if key.startswith("bayesflow.flag.")}
+        assert record.metrics["flags"] == len(tags)
+        (row,) = table[table["cell"] == stage].to_dict("records")
+        assert {metric: row[f"flag/{metric}"] for metric in tags} == tags
+        assert all(row[column] == "" for column in table if column.startswith("flag/") and column[5:] not in tags)
+        folder = tracker.artifact_root / record.run_id / "artifacts"
+        logged = json.loads((folder / "diagnostics" / "diagnostics.json").read_text())
+        names = [str(name) for name in np.load(folder / "posterior" / "posterior.npz")["param_names"]]
+        rows = {row[0]: dict(zip(logged["columns"], row)) for row in logged["data"]}
+        assert set(names) < set(rows) and "all" in rows
+        for name in names:
+            lower, value, upper = (rows[name][key] for key in (
+                "kinetic_temperature_lower", "kinetic_temperature", "kinetic_temperature_upper"))
+            assert 0 < lower < upper and value > 0 and 0 <= rows[name]["kinetic_temperature_inside"] <= 1
+        assert rows["all"]["kinetic_temperature_ratio"] == pytest.approx(record.metrics["kinetic_temperature_ratio"])

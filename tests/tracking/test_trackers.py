@@ -140,6 +140,28 @@ def test_artifacts_round_trip(tracker, experiment, tmp_path) -> None:
     assert tracker.get_run(run).artifact_uri.startswith("file://")
 
 
+def test_a_reused_run_gives_its_sources_artifacts(tracker, experiment, tmp_path) -> None:
+    """A run tagged bayesflow.computed_by gives the source's artifact for a path it
+    lacks (through a chain of two links), its own for a path it has, and an error for a
+    path neither has."""
+    source = tracker.start_run(experiment, "computed")
+    posterior = tmp_path / "posterior.npz"
+    posterior.write_bytes(b"source posterior")
+    tracker.log_artifact(source, posterior, "posterior")
+    middle = tracker.start_run(experiment, "reused", tags={"bayesflow.computed_by": source})
+    reused = tracker.start_run(experiment, "reused again", tags={"bayesflow.computed_by": middle})
+    tracker.log_text(reused, "own", "evaluation/notes.txt")
+    file = tracker.download_artifact(reused, "posterior/posterior.npz", tmp_path / "one")
+    assert file.read_bytes() == b"source posterior"
+    own = tracker.download_artifact(reused, "evaluation/notes.txt", tmp_path / "two")
+    assert own.read_text() == "own"
+    with pytest.raises(TrackingError):
+        tracker.download_artifact(reused, "model/MLmodel", tmp_path / "three")
+    plain = tracker.start_run(experiment, "plain")
+    with pytest.raises(TrackingError):
+        tracker.download_artifact(plain, "posterior/posterior.npz", tmp_path / "four")
+
+
 def test_mlflow_artifacts_live_next_to_the_database(tracker, experiment, tmp_path) -> None:
     """A SQLite store's artifacts go to <db folder>/mlartifacts/<experiment id>."""
     if not isinstance(tracker, MlflowTracker):
