@@ -75,6 +75,7 @@ LOG_SPAN = 10.0
 """A metric whose positive values span at least this factor is drawn on a log axis."""
 LINE_STYLES = ("-", "--", ":", "-.")  # one per sweep variant
 LEGEND_INSIDE = 5  # a legend of more entries goes beside the axes
+LEGEND_WIDTH = 3.0  # inches a lone plot's figure grows by to hold a legend beside it
 
 
 def apply_theme() -> None:
@@ -192,15 +193,29 @@ def metric_vs_temperature(
     label = metric_label(metric)
     if _spans_decades(succeeded[metric]):
         ax.set_yscale("log")
-        label += "\n(log scale: the values span a factor of 10 or more)"
+        # Plain numbers (0.3, not 3×10⁻¹): every decade, and 2, 3 and 5 times it.
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
+        label += "\n(log scale)"
     ax.set_ylabel(label)
     ax.set_title(f"{metric} against temperature")
     entries = len(ax.get_legend_handles_labels()[0])
     if entries > LEGEND_INSIDE:  # beside the axes, where it hides no line
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+        if len(ax.figure.axes) == 1:  # the figure is this plot alone: widen it for the legend
+            width, height = ax.figure.get_size_inches()
+            ax.figure.set_size_inches(width + LEGEND_WIDTH, height)
     elif entries:
         ax.legend(loc="best", fontsize="small", frameon=True)
     return ax
+
+
+def _minor_label(value: float, _: object) -> str:
+    """A log axis' minor tick label: 2, 3 and 5 times a power of ten, others unlabelled."""
+    if value <= 0:
+        return ""
+    leading = round(value / 10 ** math.floor(math.log10(value)), 6)
+    return f"{value:g}" if leading in (2.0, 3.0, 5.0) else ""
 
 
 def _spans_decades(values: pd.Series) -> bool:
@@ -280,7 +295,7 @@ def _mark_flagged(ax: Axes, frame: pd.DataFrame, metric: str, is_reference: pd.S
         return
     sampled = flagged.loc[~is_reference.loc[flagged.index] & (flagged["temperature"] > 0)]
     common: dict = {"s": 110, "facecolors": "none", "edgecolors": "red", "linewidths": 1.6, "zorder": 6}
-    label = f"{MARK} flagged fit (see the flags under the tables)"
+    label = f"{MARK} flagged fit (listed under the tables)"
     if not sampled.empty:
         ax.scatter(sampled["temperature"], sampled[metric], label=label, gid="flagged", **common)
         label = "_nolegend_"

@@ -41,6 +41,7 @@ _MATHML_TAGS = {
     "mtd", "mpadded", "mphantom", "menclose", "merror", "mfenced", "mmultiscripts",
     "mprescripts", "none", "semantics", "annotation",
 }
+_FUNCTION = re.compile(r"(<mi>(?:log|exp|ln|sin|cos|tan|det|min|max)</mi>)")
 _TAG = re.compile(r"</?\s*([A-Za-z][\w:-]*)")
 
 
@@ -61,6 +62,8 @@ def latex_to_mathml(latex: str, display: bool = False) -> str | None:
         mathml = convert(latex.strip(), display="block" if display else "inline")
     except Exception:  # noqa: BLE001 - the converter raises many kinds on LaTeX it does not know
         return None
+    # A thin space after log, exp, ... as LaTeX sets it (the converter leaves none).
+    mathml = _FUNCTION.sub(r'\1<mspace width="0.167em"></mspace>', mathml)
     tags = {tag.lower() for tag in _TAG.findall(mathml)}
     if not tags <= _MATHML_TAGS or re.search(r"\son\w+\s*=|javascript:", mathml, re.IGNORECASE):
         return None
