@@ -26,9 +26,7 @@ from collections.abc import Mapping, Sequence
 
 __all__ = [
     "CONFIGURATIONAL_TOLERANCE",
-    "FLAG_COLUMN",
     "FLAGGED_METRICS",
-    "FLAG_TAG",
     "LOSS_TOLERANCE",
     "SIGNIFICANCE",
     "configurational_flag",
@@ -40,9 +38,6 @@ __all__ = [
 
 # The metrics a fit can be flagged on, in the order of the results table's columns.
 FLAGGED_METRICS = ("kinetic_temperature_ratio", "configurational_temperature_ratio", "train_loss")
-# The results table's column and the MLflow tag of a flag on ``metric``.
-FLAG_COLUMN = "flag/{metric}"
-FLAG_TAG = "bayesflow.flag.{metric}"
 # Standard errors a difference must exceed to count as real (about 1 in 740 by chance
 # for a normal difference, two-sided).
 SIGNIFICANCE = 3.0

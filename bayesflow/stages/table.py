@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from bayesflow.dag.scheduler import Outcome
 
 __all__ = [
-    "RESULT_COLUMNS", "cell_files", "cells_of", "fit_flags_of", "fit_metrics", "histories_of", "outcome_results",
+    "FLAG_COLUMN", "RESULT_COLUMNS", "cell_files", "cells_of", "fit_flags_of", "fit_metrics", "histories_of", "outcome_results",
     "results_table",
 ]
 
+# The column of a flag on ``metric`` (bayesflow.evaluate.flags); the report reads it.
+FLAG_COLUMN = "flag/{metric}"
 # The sweep coordinates and status every row has, before its metrics.
 RESULT_COLUMNS = ("method", "engine", "temperature", "temperature_shared", "seed", "status")
 FINISHED, FAILED, SKIPPED = "FINISHED", "FAILED", "SKIPPED"
@@ -60,7 +62,7 @@ def results_table(
     """
     import pandas
 
-    from bayesflow.evaluate.flags import FLAG_COLUMN, FLAGGED_METRICS  # bayesflow.evaluate loads torch
+    from bayesflow.evaluate.flags import FLAGGED_METRICS  # bayesflow.evaluate loads torch
 
     missing = missing or {}
     rows = []

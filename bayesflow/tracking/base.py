@@ -20,6 +20,7 @@ from bayesflow.errors import TrackingError
 
 __all__ = [
     "COMPUTED_BY_TAG",
+    "FLAG_TAG",
     "PARENT_TAG",
     "RUN_NAME_TAG",
     "RUN_STATUSES",
@@ -31,6 +32,8 @@ __all__ = [
 ]
 
 PARENT_TAG = "mlflow.parentRunId"
+# The tag of a flag on ``metric`` of a fit run (bayesflow.evaluate.flags), its message.
+FLAG_TAG = "bayesflow.flag.{metric}"
 # The run whose artifacts a reused fit run points to (it holds none of its own).
 COMPUTED_BY_TAG = "bayesflow.computed_by"
 # How many bayesflow.computed_by links download_artifact follows (a guard against a loop).

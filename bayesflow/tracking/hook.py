@@ -44,7 +44,7 @@ from bayesflow.stages.artefacts import (
     ReportArtefact,
 )
 from bayesflow.stages.context import describe_error
-from bayesflow.tracking.base import COMPUTED_BY_TAG, STAGES_ARTIFACT, RunRecord
+from bayesflow.tracking.base import COMPUTED_BY_TAG, FLAG_TAG, STAGES_ARTIFACT, RunRecord
 
 __all__ = ["DIAGNOSTICS_ARTIFACT", "STAGES_ARTIFACT", "TrackingHook", "end_stale_runs", "fit_parameters"]
 
@@ -267,7 +267,6 @@ class TrackingHook:
     def _log_fit(self, stage: Stage, fit: FitArtefact, cached: bool) -> None:
         """A child run with the fit's metrics, flags and histories; its artifacts, or,
         for a fit an earlier run computed, a pointer to that run's."""
-        from bayesflow.evaluate.flags import FLAG_TAG
         from bayesflow.stages.table import fit_flags_of
 
         flags = fit_flags_of(fit, stage.engine)

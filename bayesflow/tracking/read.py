@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayesflow.errors import TrackingError
-from bayesflow.tracking.base import STAGES_ARTIFACT, RunRecord
+from bayesflow.tracking.base import FLAG_TAG, STAGES_ARTIFACT, RunRecord
 
 if TYPE_CHECKING:
     import pandas
@@ -83,7 +83,9 @@ def results(
 
     Columns: ``method``, ``engine``, ``temperature``, ``seed``, ``status``, every metric
     (``test_nll``, ``test_accuracy``, ``test_ece``, ``test_brier``, ``fit_seconds``,
-    ``steps``, ...), ``run_id`` and ``run_name``.
+    ``steps``, ``flags``, ...), ``flag/<metric>`` for each metric some fit is flagged on
+    (the flag's message, "" for the others), ``run_id`` and ``run_name``. A run that
+    reused an earlier run's fit (``bayesflow.computed_by``) has that run's numbers.
 
     Args:
         run_id: the parent run of a ``bayesflow run``; None takes the latest parent run
@@ -97,7 +99,23 @@ def results(
 
     tracker = open_tracker(tracking_uri, tracker)
     parent = run_id if run_id is not None else _latest_parent(tracker, experiment)
-    return records_frame(_fit_records(tracker, parent))
+    records = _fit_records(tracker, parent)
+    return _with_flags(records_frame(records), records)
+
+
+def _with_flags(frame: pandas.DataFrame, records: list[RunRecord]) -> pandas.DataFrame:
+    """``frame`` with a string column ``flag/<metric>`` (the results table's name) before
+    ``run_id`` for each ``bayesflow.flag.<metric>`` tag of any record, "" where absent."""
+    from bayesflow.stages.table import FLAG_COLUMN
+
+    prefix = FLAG_TAG.format(metric="")
+    tags = {record.run_id: record.tags for record in records}
+    metrics = sorted({key.removeprefix(prefix) for record in records for key in record.tags if key.startswith(prefix)})
+    position = int(frame.columns.get_loc("run_id"))
+    for offset, metric in enumerate(metrics):
+        messages = [tags[run].get(prefix + metric, "") for run in frame["run_id"]]
+        frame.insert(position + offset, FLAG_COLUMN.format(metric=metric), messages)
+    return frame
 
 
 def histories(
@@ -198,7 +216,7 @@ def write_bundle(run_id: str, folder: Path, tracker: Any) -> Path:
     from bayesflow.tracking import records_frame
 
     records = _fit_records(tracker, run_id)
-    frame = records_frame(records)
+    frame = _with_flags(records_frame(records), records)
     by_id = {record.run_id: record for record in records}
     tags = [by_id[run].tags for run in frame["run_id"]]
     params = [by_id[run].params for run in frame["run_id"]]

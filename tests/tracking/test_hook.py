@@ -122,7 +122,8 @@ def test_a_sampler_run_has_summary_metrics_its_flags_and_one_diagnostics_table(t
     flag with their count as the metric `flags` (the same flags as the results table),
     and every tensor's diagnostics in diagnostics/diagnostics.json."""
     tracker, (first, _) = twice
-    table = first.results()
+    table, stored = first.results(), bayesflow.results(first.run_id, tracker=tracker)
+    assert any(column.startswith("flag/") for column in stored)  # 3 epochs: the chains are off target
     for stage in ("fit/sghmc/T=0.1/seed=0", "fit/sghmc/T=1/seed=0"):
         record = tracker.get_run(first.fit_runs[stage])
         assert len(record.metrics) <= 20 and not [key for key in record.metrics if "/" in key and not key.startswith("trace/")]
@@ -132,6 +133,8 @@ def test_a_sampler_run_has_summary_metrics_its_flags_and_one_diagnostics_table(t
         assert record.metrics["flags"] == len(tags)
         (row,) = table[table["cell"] == stage].to_dict("records")
         assert {metric: row[f"flag/{metric}"] for metric in tags} == tags
+        (read,) = stored[stored["run_id"] == record.run_id].to_dict("records")
+        assert {metric: read[f"flag/{metric}"] for metric in tags} == tags
         assert all(row[column] == "" for column in table if column.startswith("flag/") and column[5:] not in tags)
         folder = tracker.artifact_root / record.run_id / "artifacts"
         logged = json.loads((folder / "diagnostics" / "diagnostics.json").read_text())
