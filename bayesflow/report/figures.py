@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from bayesflow.errors import RegistryError
@@ -202,9 +203,10 @@ def metric_vs_temperature(
     entries = len(ax.get_legend_handles_labels()[0])
     if entries > LEGEND_INSIDE:  # beside the axes, where it hides no line
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
-        if len(ax.figure.axes) == 1:  # the figure is this plot alone: widen it for the legend
-            width, height = ax.figure.get_size_inches()
-            ax.figure.set_size_inches(width + LEGEND_WIDTH, height)
+        figure = ax.figure
+        if isinstance(figure, Figure) and len(figure.axes) == 1:  # this plot alone: widen it
+            width, height = figure.get_size_inches()
+            figure.set_size_inches(width + LEGEND_WIDTH, height)
     elif entries:
         ax.legend(loc="best", fontsize="small", frameon=True)
     return ax

@@ -36,6 +36,7 @@ __all__ = [
     "best_temperature",
     "code",
     "escape",
+    "fenced",
     "flag_list",
     "header",
     "metric_table",
@@ -218,7 +219,16 @@ def spec_block(spec_yaml: str) -> str:
     """The resolved spec as a fenced YAML block."""
     if not spec_yaml:
         return "_No spec was passed to this report._"
-    return f"```yaml\n{spec_yaml.rstrip()}\n```"
+    return fenced(spec_yaml, "yaml")
+
+
+def fenced(text: str, language: str = "") -> str:
+    """``text`` as a fenced code block whose fence is longer than any run of backticks
+    in it, so a user's text (a description holding ```) cannot end the block early and
+    have the rest read as Markdown or HTML."""
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
 
 
 def run_links(

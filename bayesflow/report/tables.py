@@ -18,7 +18,8 @@ text into Markdown escape it (:func:`bayesflow.report.sections.escape`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,7 @@ import pandas as pd
 __all__ = [
     "FINISHED",
     "MARK",
+    "best_cells",
     "best_temperature_table",
     "failed_cells",
     "flag_notes",
@@ -174,15 +176,9 @@ def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.
         return pd.DataFrame(columns=columns)
     values = frame.assign(**{m: pd.to_numeric(frame[m], errors="coerce") for m in shown})
     rows = []
-    for key, group in values.groupby([*keyed, "method"], sort=False):
-        finished = group.loc[(group["status"].astype(str) == FINISHED) & np.isfinite(group[metric])]
-        means = finished.groupby("temperature")[metric].mean()
-        best = float(means.idxmin()) if not means.empty else float(group["temperature"].iloc[0])
-        cell = group.loc[group["temperature"] == best]
-        done = finished.loc[finished["temperature"] == best]
-        shared = _shared(cell)
-        row = dict(zip([*keyed, "method"], key if isinstance(key, tuple) else (key,)))
-        row["best T"] = "any (T → 0)" if shared else (f"{best:g}" if not means.empty else "—")
+    for key, best, cell, done in _best(values, keyed, metric):
+        row = dict(zip([*keyed, "method"], key))
+        row["best T"] = "any (T → 0)" if _shared(cell) else ("—" if best is None else f"{best:g}")
         for name in shown:
             row[name] = _marked(_mean_and_spread(done[name]), done, [name])
         row["seeds finished"] = _marked(
@@ -191,6 +187,32 @@ def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
+
+
+def best_cells(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:
+    """The rows of ``frame`` at each method's (and variant's) best temperature, as
+    :func:`best_temperature_table` picks it: to list the flags of those fits only."""
+    if metric not in frame.columns:
+        return frame.iloc[:0]
+    values = frame.assign(**{metric: pd.to_numeric(frame[metric], errors="coerce")})
+    keyed = ["variant"] if variants(frame) else []
+    index = [i for _, _, cell, _ in _best(values, keyed, metric) for i in cell.index]
+    return frame.loc[index]
+
+
+def _best(
+    values: pd.DataFrame, keyed: list[str], metric: str
+) -> Iterator[tuple[tuple[Any, ...], float | None, pd.DataFrame, pd.DataFrame]]:
+    """Per (variant,) method: its key, the temperature of lowest mean ``metric`` over
+    the finished seeds (None when none finished), the rows at that temperature and the
+    finished ones among them."""
+    for key, group in values.groupby([*keyed, "method"], sort=False):
+        finished = group.loc[(group["status"].astype(str) == FINISHED) & np.isfinite(group[metric])]
+        means = finished.groupby("temperature")[metric].mean()
+        best = float(means.idxmin()) if not means.empty else None
+        at = float(group["temperature"].iloc[0]) if best is None else best
+        cell = group.loc[group["temperature"] == at]
+        yield (key if isinstance(key, tuple) else (key,)), best, cell, finished.loc[finished["temperature"] == at]
 
 
 def variant_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:

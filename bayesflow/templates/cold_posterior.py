@@ -71,7 +71,7 @@ text, best = sections.best_temperature(frame)
 display(Markdown(text))
 if not best.empty:
     display(sections.styled(best))
-    display(Markdown(sections.flag_list(frame)))
+    display(Markdown(sections.flag_list(tables.best_cells(frame))))  # the flags of these fits
 
 # %% [markdown]
 # ## Metrics against temperature

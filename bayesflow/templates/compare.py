@@ -68,7 +68,7 @@ if len(names) > 1:
 for label in labels[1:]:
     difference = compare.spec_difference(specs[labels[0]], specs[label], (labels[0], label))
     display(Markdown(f"### A → {sections.escape(label)}"))
-    display(Markdown(f"```diff\n{difference}\n```" if difference else "_The resolved specs are identical._"))
+    display(Markdown(sections.fenced(difference, "diff") if difference else "_The resolved specs are identical._"))
 
 # %% [markdown]
 # ## Metrics against temperature

@@ -48,3 +48,11 @@ def test_flag_messages_and_table_cells_are_escaped() -> None:
     table = frame.assign(method="<script>x</script>")[["method", "temperature"]].head(1)
     html = styled(table).to_html()
     assert "&lt;script&gt;" in html and "<script>" not in html
+
+
+def test_a_fence_in_the_spec_cannot_end_its_code_block() -> None:
+    """A description holding ``` gets a longer fence: the rest stays inside the block."""
+    from bayesflow.report.sections import spec_block
+
+    text = spec_block("description: |\n  ```\n  <script>alert(1)</script>\n")
+    assert text.startswith("````yaml\n") and text.endswith("\n````")

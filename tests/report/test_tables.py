@@ -109,3 +109,13 @@ def test_summary_metrics_follow_the_task() -> None:
     assert tables.summary_metrics(regression()) == [
         "test_nll", "test_rmse", "test_coverage_50", "test_coverage_95"
     ]
+
+
+def test_best_cells_are_the_rows_at_each_best_temperature() -> None:
+    """The flags under the best-temperature table are those of its fits: SGHMC's hot
+    chain at T = 0.1 (its best) is there, Laplace's flag at T = 1 (not its best) is not."""
+    cells = tables.best_cells(with_flags())
+    assert sorted(set(zip(cells["method"], cells["temperature"]))) == [
+        ("laplace", 0.1), ("map", 0.0), ("sghmc", 0.1)
+    ]
+    assert tables.flag_notes(cells)["column"].tolist() == ["kinetic_temperature_ratio"]
