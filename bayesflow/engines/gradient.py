@@ -8,22 +8,19 @@ samplers (:mod:`bayesflow.engines.sgmcmc`), deep ensembles, MAP and MLE, and VI.
   dominated a Pima step (measured 4.3 → 1.2 ms, benchmarks/profile.py).
 - :func:`chain_gradient`: ``(params (K, d), batch) -> (∇f (K, d), f (K,))`` for K chains
   stacked in one tensor, each with its own per-datum log posterior
-  ``f_k(θ) = mean log p(y|x,θ) + c_k log p(θ)/N`` (c_k its prior weight):
-
-  - **one minibatch per chain** (a :class:`~bayesflow.engines.base.ChainBatch`):
-    ``f_k`` is vmapped over the chains and their batches, and ONE reverse pass over
-    ``Σ_k f_k(θ_k; batch_k)`` gives every chain's gradient: no f_j depends on θ_k for
-    j ≠ k, so ``∂(Σ_j f_j)/∂θ_k = ∇f_k(θ_k)``. Measured against
-    ``vmap(grad_and_value(f))`` on a 2-core CPU (one thread, batch 32, thread time):
-    Pima K = 100 0.8-1.0 ms against 1.25-1.4 ms, K = 10,000 10.1 against 10.9 ms;
-    digits' MLP K = 10 1.4 against 1.7 ms.
-  - **one batch shared by every chain** (a plain ``(inputs, targets)``): still
-    ``vmap(grad_and_value(f))``. The summed pass was measured slower here (Pima full
-    batch, K = 100: 3.3 against 2.9-3.0 ms; digits, K = 100: 72 against 66 ms): under
-    vmap the first layer multiplies the shared inputs broadcast over the chains, and the
-    reverse pass of that batched product (BmmBackward, 3.1 ms of the step at K = 100)
-    costs more than vmap's per-chain backward, which multiplies by the unbatched inputs.
-  - **one chain** (K = 1): plain autograd on the one vector, no vmap at all.
+  ``f_k(θ) = mean log p(y|x,θ) + c_k log p(θ)/N`` (c_k its prior weight), for a batch
+  every chain shares, a :class:`~bayesflow.engines.base.ChainBatch` of one per chain, and
+  one chain alike: the K values come from :func:`chain_values` (the forward on flat
+  views of the (K, d) tensor, one matrix product per layer for all chains, and the
+  likelihood and prior applied once to the stacked outputs and parameters, outside
+  ``vmap``: :mod:`bayesflow.engines.flat`), and ONE reverse pass over ``Σ_k f_k`` gives
+  every chain's gradient: no f_j depends on θ_k for j ≠ k, so
+  ``∂(Σ_j f_j)/∂θ_k = ∇f_k(θ_k)``. Measured against the earlier
+  ``vmap(grad_and_value(f))`` (shared batch) and vmapped-f sum (own batches), and the
+  hand-written floor of benchmarks/floor.py, Pima, one thread, milliseconds per gradient
+  in one process (2-core CPU at load 6): K = 1 full batch 1.24 → 0.89 (floor 0.72);
+  K = 100 full batch 10.8 → 2.5 (floor 2.1), batch 32 3.5 → 1.3 (floor 1.1);
+  K = 10,000 full batch 843 → 234 (floor 270), batch 32 29 → 24 (floor 23).
 
 ``compile=True`` (the samplers' and ensembles' ``compile: true``) runs every path as
 ``torch.compile(vmap(grad_and_value(f)))`` instead, which fuses the elementwise work of
@@ -49,7 +46,7 @@ from torch.func import grad_and_value, vmap
 
 from bayesflow.engines.base import Batch, ChainBatch, Problem
 
-__all__ = ["Gradient", "chain_gradient", "value_and_grad"]
+__all__ = ["Gradient", "chain_gradient", "chain_values", "value_and_grad"]
 
 # (params (K, d), batch) -> (∇f (K, d), f (K,)).
 Gradient = Callable[[Tensor, Batch], tuple[Tensor, Tensor]]
@@ -89,31 +86,34 @@ def chain_gradient(
         ``gradient(params (K, d), batch) -> (∇f (K, d), f (K,))``, ``batch`` one
         ``(inputs, targets)`` that every chain shares or a ``ChainBatch`` of K.
     """
-    per_chain = isinstance(prior_weight, Tensor)
-    weight_axis = 0 if per_chain else None
-
-    def log_posterior(params: Tensor, inputs: Tensor, targets: Tensor, weight: Any) -> Tensor:
-        return problem.log_posterior(params, (inputs, targets), prior_weight=weight)
-
     if compile:
-        return compiled_chain_gradient(problem, log_posterior, prior_weight)
-    own_batches = vmap(log_posterior, in_dims=(0, 0, 0, weight_axis))
-    shared_batch = vmap(grad_and_value(log_posterior), in_dims=(0, None, None, weight_axis))
-
-    def single(params: Tensor, inputs: Tensor, targets: Tensor) -> Tensor:
-        weight = prior_weight[0] if per_chain else prior_weight  # type: ignore[index]
-        return log_posterior(params[0], inputs, targets, weight)
+        return compiled_chain_gradient(problem, prior_weight)
+    values = chain_values(problem, prior_weight)
 
     def gradient(params: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         inputs, targets = batch
-        if isinstance(batch, ChainBatch):
-            return summed_values_and_grad(own_batches, params, inputs, targets, prior_weight)
-        if params.shape[0] == 1:
-            (grads,), value = value_and_grad(single, (params,), inputs, targets)
-            return grads, value.unsqueeze(0)
-        return shared_batch(params, inputs, targets, prior_weight)  # type: ignore[no-any-return]
+        shared = not isinstance(batch, ChainBatch)
+        return summed_values_and_grad(values, params, inputs, targets, shared)
 
     return gradient
+
+
+def chain_values(problem: Problem, prior_weight: float | Tensor) -> Callable[..., Tensor]:
+    """``values(params (K, d), inputs, targets, shared) -> f (K,)``, every chain's per-datum
+    log posterior, with the forward on flat views where the model allows
+    (:mod:`bayesflow.engines.flat`) and the likelihood and prior outside ``vmap``."""
+    from bayesflow.engines.flat import chain_forward, chain_log_likelihood, chain_log_prior
+
+    forward = chain_forward(problem)
+    log_likelihood = chain_log_likelihood(problem)
+    log_prior = chain_log_prior(problem)
+    scale = prior_weight / problem.num_data
+
+    def values(params: Tensor, inputs: Tensor, targets: Tensor, shared: bool) -> Tensor:
+        outputs = forward(params, inputs, shared)
+        return log_likelihood(outputs, targets, shared) + scale * log_prior(params)
+
+    return values
 
 
 # torch.compile keeps at most 8 compiled versions of one function by default and then
@@ -123,11 +123,12 @@ def chain_gradient(
 RECOMPILE_LIMIT = 64
 
 
-def compiled_chain_gradient(
-    problem: Problem, log_posterior: Callable[..., Tensor], prior_weight: float | Tensor
-) -> Gradient:
+def compiled_chain_gradient(problem: Problem, prior_weight: float | Tensor) -> Gradient:
     """``torch.compile(vmap(grad_and_value(f)))`` for a batch per chain and a shared one."""
     import torch._dynamo
+
+    def log_posterior(params: Tensor, inputs: Tensor, targets: Tensor, weight: Any) -> Tensor:
+        return problem.log_posterior(params, (inputs, targets), prior_weight=weight)
 
     torch._dynamo.config.recompile_limit = max(
         torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT

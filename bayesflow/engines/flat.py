@@ -1,0 +1,169 @@
+"""K chains' forward pass, log likelihood and log prior, on flat parameter views.
+
+:func:`bayesflow.engines.gradient.chain_values` builds every chain's log posterior from
+the three functions here, each of which takes the K chains at once:
+
+- :func:`chain_forward`: ``(params (K, d), inputs, shared) -> outputs (K, n, k)``. For a
+  model that is an ``nn.Linear`` or an ``nn.Sequential`` of ``nn.Linear`` layers and
+  elementwise activations (bayesflow's ``mlp``, ``linear`` and ``logistic``), each layer
+  reads its weight and bias as views of the (K, d) tensor and runs as one matrix product
+  for all chains: ``mm`` on the inputs that every chain shares (the first layer of a
+  shared batch), ``baddbmm`` on per-chain activations. Any other model is
+  ``vmap(problem.forward)`` over the chains.
+- :func:`chain_log_likelihood`: the likelihood applied once to the (K, n, k) outputs,
+  outside ``vmap``. Under ``vmap`` ``binary_cross_entropy_with_logits`` has no batching
+  rule and decomposes into about ten elementwise kernels forward and backward; applied to
+  the stacked outputs it is one fused kernel (measured, Pima, K = 100, full batch: the
+  gradient 5.8 → 3.8 ms).
+- :func:`chain_log_prior`: the bound prior on the (K, d) tensor directly (it sums over
+  the last axis), else ``vmap(problem.log_prior)``.
+
+Functions supplied by hand (a test's ``Problem`` of lambdas) fall back to ``vmap`` piece
+by piece, so every problem gets the same values as ``vmap(problem.log_posterior)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import vmap
+
+from bayesflow.engines.base import Problem
+
+__all__ = ["ELEMENTWISE", "chain_forward", "chain_log_likelihood", "chain_log_prior", "layers_of"]
+
+# Modules applied to activations of any shape as they are: the flat forward calls them on
+# (K, n, width) tensors.
+ELEMENTWISE: tuple[type[nn.Module], ...] = (
+    nn.ReLU, nn.Tanh, nn.GELU, nn.Sigmoid, nn.SiLU, nn.ELU, nn.LeakyReLU, nn.Softplus,
+    nn.Identity,
+)
+
+# A linear layer as (weight offset, out features, in features, bias offset or None).
+Linear = tuple[int, int, int, int | None]
+Layer = Linear | nn.Module
+
+
+def layers_of(problem: Problem) -> list[Layer] | None:
+    """The model of ``problem`` as linear layers (offsets into the flat vector) and
+    elementwise modules, or None when it is not such a stack.
+
+    The model is the module that :func:`bayesflow.problem.build_problem` calls (its
+    ``forward.module``); the layers are used only when the module's parameters are exactly
+    the problem's, in the same order (a subset problem or a hand-written ``forward`` has
+    other parameters, or none recorded).
+    """
+    module = getattr(problem.forward, "module", None)
+    if not isinstance(module, nn.Module):
+        return None
+    children = list(module) if type(module) is nn.Sequential else [module]
+    named = list(module.named_parameters())
+    if tuple(name for name, _ in named) != problem.param_names:
+        return None
+    offsets, position = {}, 0
+    for _, value in named:
+        offsets[id(value)] = position
+        position += value.numel()
+    if position != problem.dimension:
+        return None
+    layers: list[Layer] = []
+    for child in children:
+        if type(child) is nn.Linear:
+            bias = None if child.bias is None else offsets[id(child.bias)]
+            layers.append(
+                (offsets[id(child.weight)], child.out_features, child.in_features, bias)
+            )
+        elif type(child) in ELEMENTWISE:
+            layers.append(child)
+        else:
+            return None
+    if not any(isinstance(layer, tuple) for layer in layers):
+        return None
+    return layers
+
+
+def chain_forward(problem: Problem) -> Callable[[Tensor, Tensor, bool], Tensor]:
+    """``forward(params (K, d), inputs, shared) -> outputs (K, n, k)``: inputs (n, ...)
+    that every chain shares, or (K, n, ...) one batch per chain (module docstring)."""
+    layers = layers_of(problem)
+    if layers is None:
+        own = vmap(problem.forward, in_dims=(0, 0))
+        common = vmap(problem.forward, in_dims=(0, None))
+        return lambda params, inputs, shared: (common if shared else own)(params, inputs)
+    stack = layers
+
+    def forward(params: Tensor, inputs: Tensor, shared: bool) -> Tensor:
+        count = params.shape[0]
+        hidden = inputs
+        for layer in stack:
+            if not isinstance(layer, tuple):
+                hidden = layer(hidden)
+                continue
+            start, width_out, width_in, bias_start = layer
+            weight = params[:, start : start + width_out * width_in]
+            bias = None if bias_start is None else params[:, bias_start : bias_start + width_out]
+            if shared:  # (n, in) inputs: one mm for every chain's weights, (K·out, n)
+                flat_weight = weight.reshape(count * width_out, width_in)
+                if bias is None:
+                    product = flat_weight @ hidden.T
+                else:
+                    product = torch.addmm(bias.reshape(-1, 1), flat_weight, hidden.T)
+                # (K, n, out) as a view of the (K, out, n) product, which the next bmm
+                # reads transposed and the likelihood as (K, n) when out = 1.
+                hidden = product.view(count, width_out, -1).transpose(1, 2)
+                shared = False
+            else:
+                transposed = weight.view(count, width_out, width_in).transpose(1, 2)
+                if bias is None:
+                    hidden = torch.bmm(hidden, transposed)
+                else:
+                    hidden = torch.baddbmm(bias.unsqueeze(1), hidden, transposed)
+        return hidden
+
+    return forward
+
+
+def chain_log_likelihood(problem: Problem) -> Callable[[Tensor, Tensor, bool], Tensor]:
+    """``log_likelihood(outputs (K, n, k), targets, shared) -> (K,)``, every chain's mean
+    log p(y|x, θ_k) over its batch: targets (n, ...) shared by every chain, or
+    (K, n, ...) one per chain."""
+    from bayesflow.likelihoods import Likelihood
+
+    likelihood: Any = getattr(problem.log_likelihood, "__self__", None)
+    if not isinstance(likelihood, Likelihood):
+        own = vmap(problem.log_likelihood, in_dims=(0, 0))
+        common = vmap(problem.log_likelihood, in_dims=(0, None))
+        return lambda outputs, targets, shared: (common if shared else own)(
+            outputs, targets
+        ).mean(1)
+    bound = likelihood
+
+    def log_likelihood(outputs: Tensor, targets: Tensor, shared: bool) -> Tensor:
+        count = outputs.shape[0]
+        if bound.name in ("bernoulli", "gaussian"):  # converted before it is expanded
+            targets = targets.to(outputs.dtype)
+        if shared:  # a view: no copy
+            targets = targets.expand(count, *targets.shape)
+        return log_prob(outputs, targets).mean(1)
+
+    def log_prob(outputs: Tensor, targets: Tensor) -> Tensor:
+        """log p(y|x) of (A, B, k) outputs and (A, B) targets: (A, B)."""
+        if bound.name != "categorical":  # elementwise
+            return bound.log_prob(outputs, targets)
+        first, second = outputs.shape[:2]
+        flat = bound.log_prob(outputs.reshape(first * second, -1), targets.reshape(-1))
+        return flat.view(first, second)
+
+    return log_likelihood
+
+
+def chain_log_prior(problem: Problem) -> Callable[[Tensor], Tensor]:
+    """``log_prior(params (K, d)) -> (K,)``."""
+    from bayesflow.priors import BoundPrior
+
+    if isinstance(getattr(problem.log_prior, "__self__", None), BoundPrior):
+        return problem.log_prior
+    return vmap(problem.log_prior)
