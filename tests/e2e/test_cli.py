@@ -88,7 +88,8 @@ def test_report_is_one_self_contained_html(first_run: tuple[Path, subprocess.Com
 
 
 def test_rerun_is_a_no_op_and_duplicates_nothing(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    """A second run reuses every stage, moves the fits under the new parent, creates no new fit run."""
+    """A second run reuses every stage; its parent gets a child per fit pointing to the
+    first parent's run that computed it, and the first parent keeps its children."""
     folder, _ = first_run
     plan = bayesflow(folder, "plan", "spec.yaml", "--json")
     statuses = {row["stage"]: row["status"] for row in json.loads(plan.stdout)}
@@ -99,9 +100,14 @@ def test_rerun_is_a_no_op_and_duplicates_nothing(first_run: tuple[Path, subproce
     mlflow = client(folder)
     runs = mlflow.search_runs([mlflow.get_experiment_by_name("tiny").experiment_id])
     fits = [r for r in runs if r.data.tags.get("bayesflow.role") == "fit"]
-    assert len(fits) == 5
-    newest = max((r for r in runs if r.data.tags.get("bayesflow.role") == "parent"), key=lambda r: r.info.start_time)
-    assert all(r.data.tags["mlflow.parentRunId"] == newest.info.run_id for r in fits)
+    oldest, newest = sorted((r for r in runs if r.data.tags.get("bayesflow.role") == "parent"), key=lambda r: r.info.start_time)
+    children = {parent.info.run_id: {r.data.tags["bayesflow.stage"]: r for r in fits
+                                     if r.data.tags["mlflow.parentRunId"] == parent.info.run_id} for parent in (oldest, newest)}
+    first, second = children[oldest.info.run_id], children[newest.info.run_id]
+    assert len(fits) == 10 and len(first) == len(second) == 5
+    for stage, run in second.items():
+        assert run.data.tags["bayesflow.computed_by"] == first[stage].info.run_id
+        assert run.data.metrics == first[stage].data.metrics
 
 
 def test_diverging_cell_fails_alone(tmp_path: Path) -> None:
