@@ -67,6 +67,18 @@ CONVENTIONS: dict[str, str] = {
     "U the untempered potential in the engine's units; per tensor as "
     "configurational_temperature/<name>",
     "configurational_temperature_ratio": "configurational_temperature / expected temperature",
+    "configurational_temperature_ratio_se": "standard error of configurational_temperature_ratio: "
+    "std of the terms theta_i * dU/dtheta_i / sqrt(their number) / expected temperature",
+    "kinetic_temperature_band_lower": "0.5% quantile of chi2_n / n, n = parameters x chains: "
+    "the lower end of kinetic_temperature_ratio's 99% band at the target",
+    "kinetic_temperature_band_upper": "99.5% quantile of chi2_n / n, n = parameters x chains: "
+    "the upper end of kinetic_temperature_ratio's 99% band at the target",
+    "kinetic_temperature_lower": "per tensor: expected * chi2_d(0.005) / d, d its parameters",
+    "kinetic_temperature_upper": "per tensor: expected * chi2_d(0.995) / d, d its parameters",
+    "kinetic_temperature_inside": "per tensor: fraction of chains whose kinetic temperature "
+    "lies in the tensor's 99% interval",
+    "flags": "number of flags raised on the fit (docs/metrics.md, Flags); each is a tag "
+    "bayesflow.flag.<metric> with its message",
     "rhat": "rank-normalised split R-hat, max of bulk and folded (Vehtari et al. 2021), per "
     "summary as rhat/<name>; approximate for SG-MCMC",
     "ess": "bulk effective sample size of the rank-normalised split chains (Vehtari et al. "
