@@ -67,7 +67,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bayesflow.engines.base import Engine, Posterior, Problem
+from bayesflow.engines.base import Batch, ChainBatch, Engine, Posterior, Problem
 from bayesflow.engines.gradient import Gradient, chain_gradient
 from bayesflow.engines.optimize import steps_per_epoch
 from bayesflow.errors import StageError
@@ -80,6 +80,9 @@ __all__ = [
     "build_step_size",
     "chain_starts",
     "gaussian",
+    "group_gradient",
+    "independent_batch",
+    "minibatch_variance",
     "step_aux",
 ]
 
@@ -264,3 +267,76 @@ def step_aux(log_posterior: Tensor) -> dict[str, Tensor]:
     """The aux of one step: ``loss`` = −f and ``log_posterior`` = f, averaged over chains."""
     value = log_posterior.mean().detach()
     return {"loss": -value, "log_posterior": value}
+
+
+# ------------------------------------------------------------- gradient-noise estimate
+
+GroupGradient = Callable[[Tensor, Batch], tuple[Tensor, Tensor, Tensor | None]]
+
+
+def group_gradient(chains: Chains, groups: int) -> GroupGradient:
+    """``(params (K, d), batch) -> (∇f (K, d), f (K,), s² (K, d) or None)``.
+
+    The minibatch of every chain is cut into ``groups`` equal groups of consecutive
+    examples (the batch is a random draw in random order, so these are random groups),
+    and each group's gradient is one call of the chains' gradient. Their mean is the
+    minibatch gradient; their spread estimates the variance of one example's gradient,
+    ``s² = (B/G) · var_j(∇f_j)`` (the prior term is the same in every group and cancels).
+    A loop of G calls was measured faster than one call vmapped over the groups on digits'
+    MLP with one chain at batch 32 (1.4 against 3.4 ms; the plain gradient 1.7 ms).
+    A batch of fewer than G examples, or one that G does not divide (the short last
+    batch of an epoch), is taken whole and gives no estimate (None).
+
+    Args:
+        chains: the sampler's shared parts (its gradient).
+        groups: G, at least 2.
+    """
+
+    def gradient(params: Tensor, batch: Batch) -> tuple[Tensor, Tensor, Tensor | None]:
+        inputs, targets = batch
+        own = isinstance(batch, ChainBatch)
+        size = inputs.shape[1] if own else inputs.shape[0]
+        if size < groups or size % groups:
+            grads, values = chains.gradient(params, batch)
+            return grads, values, None
+        per = size // groups
+        pieces = []
+        for start in range(0, size, per):
+            if own:
+                piece: Batch = ChainBatch(inputs[:, start : start + per], targets[:, start : start + per])
+            else:
+                piece = (inputs[start : start + per], targets[start : start + per])
+            pieces.append(chains.gradient(params, piece))
+        grads = torch.stack([grad for grad, _ in pieces])
+        values = torch.stack([value for _, value in pieces])
+        return grads.mean(0), values.mean(0), grads.var(dim=0) * per
+
+    return gradient
+
+
+def minibatch_variance(spread: Tensor, batch: Batch) -> Tensor:
+    """The variance s²/B of the mean gradient of B examples drawn independently (with
+    replacement, as :func:`independent_batch` draws them), from the per-example
+    variance ``s²``."""
+    inputs = batch[0]
+    size = inputs.shape[1] if isinstance(batch, ChainBatch) else inputs.shape[0]
+    return spread / size
+
+
+def independent_batch(
+    inputs: Tensor, targets: Tensor, size: int, chains: Chains, generator: torch.Generator
+) -> Batch:
+    """B examples drawn uniformly with replacement from the whole data set: one
+    ``randint`` of (B,) when the chains share a stream, of (K, B) for K independent
+    chains (a :class:`~bayesflow.engines.base.ChainBatch`)."""
+    count = inputs.shape[0]
+    if chains.streams == 1:
+        index = torch.randint(count, (size,), generator=generator, device=generator.device)
+        index = index.to(inputs.device)
+        return inputs.index_select(0, index), targets.index_select(0, index)
+    index = torch.randint(count, (chains.count, size), generator=generator, device=generator.device)
+    index = index.to(inputs.device).reshape(-1)
+    return ChainBatch(
+        inputs.index_select(0, index).view(chains.count, size, *inputs.shape[1:]),
+        targets.index_select(0, index).view(chains.count, size, *targets.shape[1:]),
+    )
