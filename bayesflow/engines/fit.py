@@ -88,14 +88,19 @@ class ChainOrders(NamedTuple):
     scale: Tensor
     shift: Tensor
 
-    def slice(self, start: int, stop: int) -> Tensor:
-        """Positions ``start … stop − 1`` of every chain's order: a (K, stop − start) index."""
+    def inside(self, start: int, stop: int) -> Tensor:
+        """Positions ``start … stop − 1`` of every chain's order before ``outer``: a
+        (K, stop − start) index into the rows permuted by ``outer``."""
         count = self.outer.shape[0]
         scale, shift = self.scale.unsqueeze(-1), self.shift.unsqueeze(-1)
         mapped = (scale[0] * self.inner[start:stop] + shift[0]).remainder_(count)
         mapped = self.middle.index_select(0, mapped.reshape(-1)).view(mapped.shape)
-        mapped = (scale[1] * mapped + shift[1]).remainder_(count)
-        return self.outer.index_select(0, mapped.reshape(-1)).view(mapped.shape)
+        return (scale[1] * mapped + shift[1]).remainder_(count)
+
+    def slice(self, start: int, stop: int) -> Tensor:
+        """Positions ``start … stop − 1`` of every chain's order: a (K, stop − start) index."""
+        inside = self.inside(start, stop)
+        return self.outer.index_select(0, inside.reshape(-1)).view(inside.shape)
 
     def full(self) -> Tensor:
         """Every chain's whole order (K, N), row k chain k's (for tests and replays)."""
@@ -178,9 +183,11 @@ def minibatches(
         return
     orders = chain_orders(count, streams, generator)
     orders = ChainOrders(*(part.to(inputs.device) for part in orders))
-    inputs, targets = inputs.contiguous(), targets.contiguous()  # for a fast index_select
+    # The rows permuted by ``outer`` once per epoch: each step then gathers by
+    # ``orders.inside`` (one (K, B) index_select fewer a step).
+    inputs, targets = inputs.index_select(0, orders.outer), targets.index_select(0, orders.outer)
     for start in range(0, count, batch_size):
-        index = orders.slice(start, min(start + batch_size, count))
+        index = orders.inside(start, min(start + batch_size, count))
         yield ChainBatch(rows(inputs, index), rows(targets, index))
 
 
