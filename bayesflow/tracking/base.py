@@ -92,8 +92,10 @@ class Tracker(Protocol):
         parent_id: str | None = None,
         params: dict[str, Any] | None = None,
         tags: dict[str, str] | None = None,
+        metrics: dict[str, float] | None = None,
     ) -> str:
-        """Create a run (and its experiment if needed); return its id. Params are stringified."""
+        """Create a run (and its experiment if needed) with its params (stringified), tags
+        and metrics (at step 0); return its id."""
         ...
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:

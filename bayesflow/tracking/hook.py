@@ -14,7 +14,8 @@ the number of flags), one tag ``bayesflow.flag.<metric>`` per flag
 ``diagnostics/diagnostics.json`` (``mlflow.log_table``'s form).
 
 Reruns compute nothing again and keep every parent whole: a cached fit gets a new child
-run under the current parent with the same params, metrics and histories, tagged
+run under the current parent with the same params and metrics (of each per-epoch series
+its last value; the readers take the series from the source run), tagged
 ``bayesflow.reused=true`` and ``bayesflow.computed_by=<id>`` of the run that computed it
 (the latest finished run of the same stage name and key that was not itself reused,
 found with one search; ``bayesflow.artifact_uri`` is its artifact location). Its
@@ -218,11 +219,11 @@ class TrackingHook:
             **process_tags(),
         }
 
-    def _start(self, stage: Stage, tags: dict[str, str] | None = None) -> str:
+    def _start(self, stage: Stage, tags: dict[str, str] | None = None, metrics: dict[str, float] | None = None) -> str:
         return str(self.tracker.start_run(
             self.experiment, stage.name.removeprefix("fit/").replace("/", " "),
             parent_id=self.parent_id, params=fit_parameters(self._loaded(stage), stage),
-            tags={**self._tags(stage), **(tags or {})},
+            tags={**self._tags(stage), **(tags or {})}, metrics=metrics,
         ))
 
     # -------------------------------------------------------------- hook methods
@@ -280,9 +281,11 @@ class TrackingHook:
         table = fit.diagnostics_table()
         if source is None and table["data"]:  # MLflow's UI shows a logged table as one
             tags["mlflow.loggedArtifacts"] = json.dumps([{"path": DIAGNOSTICS_ARTIFACT, "type": "table"}])
-        run_id = self._start(stage, tags)
-        self.tracker.log_batch(run_id, metrics=metrics, histories=fit.series())
+        if source is not None:  # the series' last values; readers take the series from the source
+            metrics.update({key: values[-1] for key, values in fit.series().items() if values})
+        run_id = self._start(stage, tags, metrics)
         if source is None:
+            self.tracker.log_batch(run_id, histories=fit.series())
             self.tracker.log_artifact(run_id, fit.posterior, "posterior")
             if table["data"]:
                 self.tracker.log_text(run_id, json.dumps(table), DIAGNOSTICS_ARTIFACT)

@@ -68,6 +68,7 @@ class InMemoryTracker:
         parent_id: str | None = None,
         params: dict[str, Any] | None = None,
         tags: dict[str, str] | None = None,
+        metrics: dict[str, float] | None = None,
     ) -> str:
         """Create a run; see :meth:`bayesflow.tracking.Tracker.start_run`."""
         if parent_id is not None:
@@ -89,6 +90,8 @@ class InMemoryTracker:
             start_time=time.time(),
         )
         self._histories[run_id] = {}
+        if metrics:
+            self.log_metrics(run_id, metrics)
         return run_id
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:

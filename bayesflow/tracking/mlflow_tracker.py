@@ -81,6 +81,7 @@ class MlflowTracker:
         self._client: Any = None
         self._experiment_ids: dict[str, str] = {}
         self._experiment_names: dict[str, str] = {}
+        self._parents: set[str] = set()  # parent runs known to exist
 
     def __getstate__(self) -> dict[str, Any]:
         # The client holds a database engine; a worker process builds its own.
@@ -190,21 +191,27 @@ class MlflowTracker:
         parent_id: str | None = None,
         params: dict[str, Any] | None = None,
         tags: dict[str, str] | None = None,
+        metrics: dict[str, float] | None = None,
     ) -> str:
-        """Create a run; see :meth:`bayesflow.tracking.Tracker.start_run`."""
-        from mlflow.entities import Param
+        """Create a run; see :meth:`bayesflow.tracking.Tracker.start_run`. Two requests:
+        the run with its tags, then its params and metrics in one ``log_batch`` (a parent
+        is looked up once per tracker)."""
+        from mlflow.entities import Metric, Param
 
         experiment_id = self._experiment_id(experiment)
         all_tags = {**(tags or {}), RUN_NAME_TAG: run_name}
         with self._translate(f"starting run {run_name!r} in experiment {experiment!r}"):
             if parent_id is not None:
-                self.client.get_run(parent_id)
+                if parent_id not in self._parents:
+                    self.client.get_run(parent_id)
+                    self._parents.add(parent_id)
                 all_tags[PARENT_TAG] = parent_id
             run = self.client.create_run(experiment_id, tags=all_tags, run_name=run_name)
-            values = stringify_params(params)
-            if values:
-                batch = [Param(key, value) for key, value in values.items()]
-                self.client.log_batch(run.info.run_id, params=batch)
+            batch = [Param(key, value) for key, value in stringify_params(params).items()]
+            timestamp = int(time.time() * 1000)
+            values = [Metric(key, float(value), timestamp, 0) for key, value in (metrics or {}).items()]
+            if batch or values:
+                self.client.log_batch(run.info.run_id, params=batch, metrics=values)
         return str(run.info.run_id)
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:

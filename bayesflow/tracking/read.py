@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayesflow.errors import TrackingError
-from bayesflow.tracking.base import FLAG_TAG, STAGES_ARTIFACT, RunRecord
+from bayesflow.tracking.base import COMPUTED_BY_TAG, FLAG_TAG, STAGES_ARTIFACT, RunRecord
 
 if TYPE_CHECKING:
     import pandas
@@ -103,6 +103,15 @@ def results(
     return _with_flags(records_frame(records), records)
 
 
+def _history(tracker: Any, record: RunRecord, key: str) -> list[tuple[int, float]]:
+    """Every ``(step, value)`` of ``key`` in a fit run; a per-epoch series of the fit
+    (``train_loss``, ``trace/<name>``) of a run that reused an earlier fit comes from the
+    run that computed it (``bayesflow.computed_by``), which holds the whole series."""
+    source = record.tags.get(COMPUTED_BY_TAG)
+    series = key == "train_loss" or key.startswith("trace/")
+    return list(tracker.get_history(source if source and series else record.run_id, key))
+
+
 def _with_flags(frame: pandas.DataFrame, records: list[RunRecord]) -> pandas.DataFrame:
     """``frame`` with a string column ``flag/<metric>`` (the results table's name) before
     ``run_id`` for each ``bayesflow.flag.<metric>`` tag of any record, "" where absent."""
@@ -128,10 +137,11 @@ def histories(
     import pandas as pd
 
     tracker = open_tracker(tracking_uri, tracker)
+    records = {record.run_id: record for record in _fit_records(tracker, run_id)}
     frame = results(run_id, tracker=tracker)
     rows = []
     for record in frame.itertuples():
-        for step, value in tracker.get_history(record.run_id, key):
+        for step, value in _history(tracker, records[record.run_id], key):
             rows.append({
                 "method": record.method, "engine": record.engine, "temperature": record.temperature,
                 "seed": record.seed, "run_id": record.run_id, "step": step, "value": value,
@@ -231,7 +241,7 @@ def write_bundle(run_id: str, folder: Path, tracker: Any) -> Path:
         files: dict[str, dict[str, Path]] = {"posterior": {}, "evaluation": {}}
         for record, cell in zip((by_id[run] for run in frame["run_id"]), frame["cell"]):
             keys = [key for key in record.metrics if key == "train_loss" or key.startswith("trace/")]
-            series[cell] = {key: tracker.get_history(record.run_id, key) for key in keys}
+            series[cell] = {key: _history(tracker, record, key) for key in keys}
             for kind, artifact in (("posterior", POSTERIOR_ARTIFACT), ("evaluation", EVALUATION_ARTIFACT)):
                 try:
                     files[kind][cell] = tracker.download_artifact(

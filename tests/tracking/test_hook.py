@@ -69,8 +69,8 @@ def test_equal_methods_share_the_computation_but_not_the_run(twice) -> None:
 
 def test_a_rerun_keeps_the_first_parents_children_and_points_to_them(twice) -> None:
     """The second run computes nothing, yet its parent gets one child per cell, tagged
-    with the run that computed it, with the same params, metrics and histories and no
-    artifacts of its own; the first parent keeps its children."""
+    with the run that computed it, with the same params and metrics and no artifacts of
+    its own; the first parent keeps its children."""
     tracker, (first, second) = twice
     assert set(second.outcome.status.values()) == {"cached"}
     assert set(second.fit_runs) == set(first.fit_runs)
@@ -81,7 +81,7 @@ def test_a_rerun_keeps_the_first_parents_children_and_points_to_them(twice) -> N
         assert child.tags["bayesflow.computed_by"] == source.run_id and child.tags["bayesflow.reused"] == "true"
         assert child.tags["bayesflow.artifact_uri"] == source.artifact_uri
         assert child.params == source.params and child.metrics == source.metrics
-        assert tracker.get_history(run_id, "train_loss") == tracker.get_history(source.run_id, "train_loss")
+        assert len(tracker.get_history(run_id, "train_loss")) == int("train_loss" in source.metrics)  # last value only
         assert len(tracker.get_history(run_id, "test_nll")) == 1
         assert not (tracker.artifact_root / run_id / "artifacts" / "posterior").exists()
 
