@@ -17,7 +17,7 @@
 bundle = ""  # folder of the run's results (bayesflow.report.bundle), written for this report
 workflow = ""  # name of the workflow
 spec_yaml = ""  # the resolved workflow spec, as YAML text
-plots = []  # figures to draw (the spec's `plots`); empty: those the results have metrics for
+plots = None  # figures to draw (the spec's `plots`); None: those the results have metrics for
 tracking_uri = ""  # where the runs are logged (shown, not read)
 run_info = {}  # version, commit, date rendered, machine and device (the report stage's)
 
@@ -79,17 +79,17 @@ if not best.empty:
 # Lines are the mean over seeds, bands ±1 standard deviation.
 
 # %%
-drawable = figures.drawable_plots(frame, plots or None)
+drawable = figures.drawable_plots(frame, plots)
 for name in drawable:
     display(Markdown(f"### {sections.escape(figures.metric_label(figures.plot_metric(name, frame)))}"))
     figure, ax = plt.subplots(figsize=(7.5, 4.5))
     figures.plot(name, frame, ax=ax)
     plt.show()
-skipped = [name for name in plots if name not in drawable]
+skipped = [name for name in plots or [] if name not in drawable]
 if skipped:
     display(Markdown("_Not drawn, no fit logged their metric: " + ", ".join(map(sections.code, skipped)) + "._"))
 if not drawable:
-    display(Markdown("_No metric against temperature to draw._"))
+    display(Markdown("_No figure: the spec lists no plots._" if plots == [] else "_No metric against temperature to draw._"))
 
 # %% [markdown]
 # ## Results

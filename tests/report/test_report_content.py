@@ -18,7 +18,7 @@ RUN_INFO = {"version": "9.9.9", "commit": "feedc0ffee0123456789", "rendered": "2
             "machine": "testbox (2 CPUs, Linux)", "device": "cpu"}
 
 
-def _render(tmp_path: Path, frame: pd.DataFrame, plots: list[str]) -> tuple[Path, str]:
+def _render(tmp_path: Path, frame: pd.DataFrame, plots: list[str] | None) -> tuple[Path, str]:
     folder = bundle.write(tmp_path / "bundle", frame.drop(columns="run_id"))
     parameters = {
         "bundle": folder, "workflow": "study", "plots": plots, "tracking_uri": "",
@@ -52,7 +52,7 @@ def test_a_flagged_sweep_renders_offline_with_header_best_and_flags(tmp_path: Pa
 def test_a_regression_study_renders_with_rmse_and_no_accuracy(tmp_path: Path) -> None:
     """No accuracy logged: the template draws NLL, RMSE and coverage (its default, from
     the frame), shows RMSE in the tables, and has no sweep section."""
-    _, html = _render(tmp_path, regression(), [])
+    _, html = _render(tmp_path, regression(), None)
     assert html.count('src="data:image/png;base64,') == 3
     assert "test_rmse" in html and "test_accuracy" not in html
     assert "Along the swept keys" not in html and MARK not in html
