@@ -114,7 +114,10 @@ class KineticTemperature:
 
     def ratio_band(self, level: float = 0.99) -> tuple[float, float]:
         """The ``level`` interval of the overall ratio T_kin/𝒯 at the target: the pooled
-        n = parameters × chains squared momenta give n·T_kin/𝒯 ∼ χ²_n."""
+        n = parameters × chains squared momenta give n·T_kin/𝒯 ∼ χ²_n. NaN without
+        the tensors' sizes (``degrees``)."""
+        if self.count == 0:
+            return float("nan"), float("nan")
         count = np.array([float(self.count)])
         tail = (1 - level) / 2
         return (float(_chi2_quantile(tail, count)[0] / count[0]),
