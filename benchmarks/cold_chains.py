@@ -141,6 +141,15 @@ def measure(variant: str, temperature: float, seed: int, quick: bool = False) ->
             name: float(value) for name, value in
             zip(problem.param_names, per_step.mean(0) / tempering.per_datum)
         },
+        # The spread of single records, against the χ² band's √(2/d) for d independent
+        # Gaussian coordinates.
+        "kinetic_ratio_sd_per_tensor": {
+            name: float(value) for name, value in
+            zip(problem.param_names, per_step.std(0) / tempering.per_datum)
+        },
+        "chi2_sd_per_tensor": {
+            name: float(np.sqrt(2 / size)) for name, size in zip(problem.param_names, sizes)
+        },
         "fraction_in_band": float(inside.mean()),
         "fraction_in_band_per_tensor": {
             name: float(value) for name, value in zip(problem.param_names, inside.mean(0))
@@ -203,7 +212,9 @@ def raised_friction(state: Any, config: Any, per_datum: float) -> dict[str, floa
     limit = 2 * (per_datum * config.batch_size / state.noise.double()).sqrt()
     return {
         "raised": float((damping > base).double().mean()),
-        "capped_hot": float((variance < 0).double().mean()),
+        # At the cap the variance left is negative; at a raised friction below the cap it
+        # is zero up to rounding.
+        "capped_hot": float(((damping >= 1) & (variance < 0)).double().mean()),
         "mean_damping": float(damping.mean()),
         "lr_limit_all": float(limit.min()),
         "lr_limit_999": float(limit.flatten().quantile(0.001)),
