@@ -42,6 +42,11 @@ their update rule. :func:`build_chains` binds the rest once, from the method's s
   states are appended in place to the state's ``samples`` list (a new list per step would
   cost O(S²)), so a state's list is shared with the states after it. Chain k's samples
   are rows ``k·S … (k+1)·S − 1`` of the posterior, so chains ``k₀ … k₁`` are contiguous.
+- **gradient noise** (SGHMC's ``gradient_noise: estimated``, docs/cold-chains.md):
+  :func:`group_gradient` takes a minibatch's gradient as the mean of G groups' and their
+  spread as an estimate of one example's gradient variance; :func:`independent_batch`
+  draws the independent minibatches the correction needs; :func:`minibatch_variance`
+  turns the one into the other.
 
 **Seeds and streams.** Everything random comes from the one generator given to ``init``
 (the fit stage's, seeded by the run's seed; a ``fit_group`` starts each cell's chains
