@@ -62,14 +62,16 @@ def build(problem: Problem, prior_weight: float, config: OptimizeSpec) -> Engine
     import torchopt
 
     from bayesflow.engines.base import Engine, Posterior
-    from bayesflow.engines.gradient import value_and_grad
+    from bayesflow.engines.gradient import chain_values, value_and_grad
     from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
     optimizer = build_optimizer(config.optimizer, total_steps)
 
+    log_posterior = chain_values(problem, prior_weight)  # the flat-view fast path
+
     def loss_fn(params: Tensor, batch: Batch) -> Tensor:
-        return -problem.log_posterior(params, batch, prior_weight=prior_weight)
+        return -log_posterior(params.unsqueeze(0), batch[0], batch[1], True)[0]
 
     def init(params: Tensor, generator: torch.Generator) -> OptimizeState:
         # The optimisation is deterministic given the batches; the generator is unused.

@@ -130,26 +130,21 @@ def build_variational(
     """
     import torch
     import torchopt
-    from torch.func import vmap
 
     from bayesflow.engines.base import Engine
-    from bayesflow.engines.gradient import value_and_grad
+    from bayesflow.engines.gradient import chain_values, value_and_grad
     from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
     optimizer = build_optimizer(config.optimizer, total_steps)
     per_datum, prior_weight = tempering.per_datum, tempering.prior_weight
 
-    def log_posterior(params: Tensor, batch: Batch) -> Tensor:
-        return problem.log_posterior(params, batch, prior_weight=prior_weight)
+    # The draws' log posteriors as K chains': the forward on flat views, one reverse pass.
+    log_posteriors = chain_values(problem, prior_weight)
 
     def loss_fn(mean: Tensor, scale: Tensor, batch: Batch, noise: Tensor) -> Tensor:
         draws = mean + family.times_factor(scale, noise)
-        # Several draws: vmap the forward inside the one reverse pass (not vmap(grad)).
-        if draws.shape[0] == 1:  # one draw: skip vmap's overhead (benchmarks/profile.py)
-            expected = log_posterior(draws[0], batch)
-        else:
-            expected = vmap(log_posterior, in_dims=(0, None))(draws, batch).mean()
+        expected = log_posteriors(draws, batch[0], batch[1], True).mean()
         if per_datum == 0:
             return -expected
         estimate = entropy(family, mean, scale, draws, config.stick_the_landing)

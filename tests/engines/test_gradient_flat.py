@@ -137,3 +137,30 @@ def test_layers_are_read_only_when_the_parameters_are_the_problems() -> None:
     ]
     renamed = Problem(**{**problem.__dict__, "param_names": ("a", "b", "c", "d")})
     assert layers_of(renamed) is None
+
+
+class Branching(nn.Module):
+    """A model ``vmap`` cannot run (a Python branch on a tensor's value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(3, 4)
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        outputs = self.inner(inputs)
+        return outputs if float(outputs.sum()) > 0 else -outputs
+
+
+def test_one_chain_runs_the_model_as_it_is() -> None:
+    """One chain (MAP, VI's one draw, SGHMC K = 1) calls a model unknown to the flat
+    forward without ``vmap``, so models that ``vmap`` refuses still fit as one chain."""
+    problem = build_problem(Branching().double(), categorical(), diag_normal(1.0), 50)
+    assert layers_of(problem) is None
+    generator = torch.Generator().manual_seed(0)
+    params = problem.init_params(generator).unsqueeze(0)
+    batch = (torch.randn(ROWS, 3, generator=generator, dtype=torch.float64),
+             torch.randint(0, 4, (ROWS,), generator=generator))
+    grads, values = chain_gradient(problem, 1.0)(params, batch)
+    reference = grad_and_value(lambda theta: problem.log_posterior(theta, batch))(params[0])
+    torch.testing.assert_close(grads[0], reference[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(values[0], reference[1], rtol=1e-10, atol=1e-12)
