@@ -174,7 +174,8 @@ def test_unknown_plot_suggests_the_closest(tmp_path: Path) -> None:
     assert problems(path) == [
         (f"{path}:30:29: plots.1: unknown plot 'acuracy_vs_temperature'; did you mean "
         "'accuracy_vs_temperature'? (expected one of: nll_vs_temperature, "
-        "accuracy_vs_temperature, ece_vs_temperature, brier_vs_temperature)")
+        "accuracy_vs_temperature, ece_vs_temperature, brier_vs_temperature, "
+        "rmse_vs_temperature, coverage_vs_temperature)")
     ]
 
 
