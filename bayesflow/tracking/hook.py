@@ -274,15 +274,14 @@ class TrackingHook:
         tags = {FLAG_TAG.format(metric=metric): message[:TAG_LIMIT] for metric, message in flags.items()}
         metrics = {**fit.metrics(), "flags": float(len(flags))}
         source = self._earlier_run(stage) if cached else None
-        if source is not None:
+        table = fit.diagnostics_table()
+        if source is not None:  # the series' last values; readers take the series from the source
             self.reused[stage.name] = source
             tags.update({"bayesflow.reused": "true", COMPUTED_BY_TAG: source.run_id,
                          "bayesflow.artifact_uri": source.artifact_uri})
-        table = fit.diagnostics_table()
-        if source is None and table["data"]:  # MLflow's UI shows a logged table as one
-            tags["mlflow.loggedArtifacts"] = json.dumps([{"path": DIAGNOSTICS_ARTIFACT, "type": "table"}])
-        if source is not None:  # the series' last values; readers take the series from the source
             metrics.update({key: values[-1] for key, values in fit.series().items() if values})
+        elif table["data"]:  # MLflow's UI shows a logged table as one
+            tags["mlflow.loggedArtifacts"] = json.dumps([{"path": DIAGNOSTICS_ARTIFACT, "type": "table"}])
         run_id = self._start(stage, tags, metrics)
         if source is None:
             self.tracker.log_batch(run_id, histories=fit.series())
