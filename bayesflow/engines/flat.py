@@ -89,19 +89,21 @@ def chain_forward(problem: Problem) -> Callable[[Tensor, Tensor, bool], Tensor]:
     """``forward(params (K, d), inputs, shared) -> outputs (K, n, k)``: inputs (n, ...)
     that every chain shares, or (K, n, ...) one batch per chain (module docstring)."""
     layers = layers_of(problem)
+    own = vmap(problem.forward, in_dims=(0, 0))
+    common = vmap(problem.forward, in_dims=(0, None))
+
+    def vmapped(params: Tensor, inputs: Tensor, shared: bool) -> Tensor:
+        if params.shape[0] == 1:  # one chain: the model as it is, no vmap
+            return problem.forward(params[0], inputs if shared else inputs[0]).unsqueeze(0)
+        return (common if shared else own)(params, inputs)  # type: ignore[no-any-return]
+
     if layers is None:
-        own = vmap(problem.forward, in_dims=(0, 0))
-        common = vmap(problem.forward, in_dims=(0, None))
-
-        def vmapped(params: Tensor, inputs: Tensor, shared: bool) -> Tensor:
-            if params.shape[0] == 1:  # one chain: the model as it is, no vmap
-                return problem.forward(params[0], inputs if shared else inputs[0]).unsqueeze(0)
-            return (common if shared else own)(params, inputs)  # type: ignore[no-any-return]
-
         return vmapped
     stack = layers
 
     def forward(params: Tensor, inputs: Tensor, shared: bool) -> Tensor:
+        if inputs.dim() != (2 if shared else 3):  # rows of more than one axis
+            return vmapped(params, inputs, shared)
         count = params.shape[0]
         hidden = inputs
         for layer in stack:
@@ -163,7 +165,8 @@ def chain_log_likelihood(problem: Problem) -> Callable[[Tensor, Tensor, bool], T
             if outputs.shape[0] == 1:
                 own_targets = targets if shared else targets[0]
                 return problem.log_likelihood(outputs[0], own_targets).mean().unsqueeze(0)
-            return (common if shared else own)(outputs, targets).mean(1)  # type: ignore[no-any-return]
+            values = (common if shared else own)(outputs, targets)
+            return values.flatten(1).mean(1)  # type: ignore[no-any-return]
 
         return vmapped
     bound = likelihood
@@ -174,15 +177,15 @@ def chain_log_likelihood(problem: Problem) -> Callable[[Tensor, Tensor, bool], T
             targets = targets.to(outputs.dtype)
         if shared:  # a view: no copy
             targets = targets.expand(count, *targets.shape)
-        return log_prob(outputs, targets).mean(1)
+        return log_prob(outputs, targets).flatten(1).mean(1)
 
     def log_prob(outputs: Tensor, targets: Tensor) -> Tensor:
-        """log p(y|x) of (A, B, k) outputs and (A, B) targets: (A, B)."""
+        """log p(y|x) of (K, n, ..., k) outputs and (K, n, ...) targets: (K, n, ...)."""
         if bound.name != "categorical":  # elementwise
             return bound.log_prob(outputs, targets)
-        first, second = outputs.shape[:2]
-        flat = bound.log_prob(outputs.reshape(first * second, -1), targets.reshape(-1))
-        return flat.view(first, second)
+        classes = outputs.shape[-1]
+        flat = bound.log_prob(outputs.reshape(-1, classes), targets.reshape(-1))
+        return flat.view(outputs.shape[:-1])
 
     return log_likelihood
 

@@ -164,3 +164,20 @@ def test_one_chain_runs_the_model_as_it_is() -> None:
     reference = grad_and_value(lambda theta: problem.log_posterior(theta, batch))(params[0])
     torch.testing.assert_close(grads[0], reference[0], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(values[0], reference[1], rtol=1e-10, atol=1e-12)
+
+
+def test_inputs_with_more_axes_go_through_vmap() -> None:
+    """An MLP applied to (n, s, f) inputs (nn.Linear on the last axis): not the flat
+    forward's 2-D layout, so the vmapped model gives the numbers."""
+    problem = build_problem(
+        nn.Sequential(nn.Linear(3, 2), nn.Tanh(), nn.Linear(2, 1)).double(), gaussian(1.0),
+        diag_normal(1.0), 50,
+    )
+    generator = torch.Generator().manual_seed(0)
+    params = torch.stack([problem.init_params(generator) for _ in range(3)])
+    batch = (torch.randn(ROWS, 2, 3, generator=generator, dtype=torch.float64),
+             torch.randn(ROWS, 2, generator=generator, dtype=torch.float64))
+    grads, values = chain_gradient(problem, 1.0)(params, batch)
+    reference = expected(problem, params, batch, 1.0)
+    torch.testing.assert_close(grads, reference[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(values, reference[1], rtol=1e-10, atol=1e-12)
