@@ -148,7 +148,7 @@ class Branching(nn.Module):
 
     def forward(self, inputs: Tensor) -> Tensor:
         outputs = self.inner(inputs)
-        return outputs if float(outputs.sum()) > 0 else -outputs
+        return outputs if float(outputs.detach().sum()) > 0 else -outputs
 
 
 def test_one_chain_runs_the_model_as_it_is() -> None:
