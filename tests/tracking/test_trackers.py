@@ -81,6 +81,16 @@ def test_metrics_and_tags_round_trip(tracker, experiment) -> None:
     assert {"stage": "evaluate", "note": "ok"}.items() <= record.tags.items()
 
 
+def test_a_run_starts_with_its_metrics(tracker, experiment) -> None:
+    """start_run logs metrics (at step 0) with the params; a child of a parent too."""
+    parent = tracker.start_run(experiment, "parent")
+    run = tracker.start_run(experiment, "child", parent_id=parent, params={"seed": 1},
+                            metrics={"flags": 2.0, "fit_seconds": 0.5})
+    record = tracker.get_run(run)
+    assert record.metrics == {"flags": 2.0, "fit_seconds": 0.5} and record.params == {"seed": "1"}
+    assert record.parent_id == parent and tracker.get_history(run, "flags") == [(0, 2.0)]
+
+
 def test_history_round_trips_in_full(tracker, experiment) -> None:
     """A 50-step history comes back whole, in order, and sets the latest value."""
     run = tracker.start_run(experiment, "run")
