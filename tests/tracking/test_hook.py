@@ -146,3 +146,27 @@ def test_a_sampler_run_has_summary_metrics_its_flags_and_one_diagnostics_table(t
                 "kinetic_temperature_lower", "kinetic_temperature", "kinetic_temperature_upper"))
             assert 0 < lower < upper and value > 0 and 0 <= rows[name]["kinetic_temperature_inside"] <= 1
         assert rows["all"]["kinetic_temperature_ratio"] == pytest.approx(record.metrics["kinetic_temperature_ratio"])
+
+
+def test_a_new_evaluation_of_a_reused_fit_is_logged_to_the_new_child(tmp_path: Path) -> None:
+    """Changing only the evaluation reuses the fits; each new child then carries its own
+    evaluation arrays (not the source's) and still reads the source's posterior."""
+    text = TINY_SPEC.replace("temperatures: [0.1, 1.0]", "temperatures: [1.0]").replace(
+        "evaluate:", "report: {enabled: false}\nplots: []\nevaluate:")
+    spec = write(tmp_path, text)
+    tracker = InMemoryTracker(tmp_path / "artifacts")
+    cache = f"execution.cache_dir={tmp_path / 'cache'}"
+    first = bayesflow.run(bayesflow.load(spec, [cache]), tracker=tracker)
+    second = bayesflow.run(bayesflow.load(spec, [cache, "evaluate.n_samples=6"]), tracker=tracker)
+    stage = "fit/laplace/T=1/seed=0"  # a Gaussian: 4 and 6 draws give other predictives
+    assert second.outcome.status[stage] == "cached" and second.outcome.status[stage.replace("fit/", "evaluate/")] == "ran"
+    child, source = second.fit_runs[stage], first.fit_runs[stage]
+    assert tracker.get_run(child).tags["bayesflow.computed_by"] == source
+    own = tracker.artifact_root / child / "artifacts"
+    assert (own / "evaluation" / "evaluation.npz").exists() and not (own / "posterior").exists()
+    arrays = [bayesflow.evaluations(run.run_id, tracker=tracker)[run.fit_runs[stage]] for run in (first, second)]
+    assert not np.array_equal(arrays[0]["probabilities"], arrays[1]["probabilities"])
+    posteriors = [bayesflow.posteriors(run.run_id, tracker=tracker)[run.fit_runs[stage]] for run in (first, second)]
+    assert posteriors[0].keys() == posteriors[1].keys()
+    for name in ("mean", "var"):
+        np.testing.assert_array_equal(posteriors[0][name], posteriors[1][name])
