@@ -197,7 +197,8 @@ def linearized_outputs(
     The GLM predictive of Immer et al. (2021, https://arxiv.org/abs/2008.08400):
     ``f_lin(x, θₛ) = f(x, μ) + J(x)(θₛ − μ)`` with ``J(x) = ∂f(x, μ)/∂θ`` and
     ``θₛ ~ posterior``. Each ``J(x)(θₛ − μ)`` is one Jacobian-vector product
-    (``torch.func.jvp``), vmapped over the samples of a chunk; J itself is never formed.
+    (``torch.func.jvp``), vmapped over the samples of a chunk and applied to the inputs a
+    chunk of rows at a time; J itself is never formed.
     For a model linear in θ it equals the sampled predictive exactly.
 
     Args:
@@ -206,13 +207,16 @@ def linearized_outputs(
         inputs: (n, ...) inputs.
         n_samples: S, the parameter samples drawn (with ``posterior.sample``).
         generator: the source of the samples.
-        chunk: samples per vmapped call (memory ∝ chunk × the activations of ``inputs``).
+        chunk: samples per vmapped call at most. Fewer samples, and the inputs in chunks of
+            rows, are taken at once as the memory budget requires (see
+            :mod:`bayesflow.engines.memory`; ``BAYESFLOW_MEMORY_LIMIT`` sets it).
 
     Returns:
         (S, n, k) outputs on the problem's device, without gradients.
 
     Raises:
         ValueError: for a sample-based posterior, which has no mean to linearise around.
+        StageError: not even one sample on one input fits the memory budget.
     """
     if posterior.mean is None:
         raise ValueError(
@@ -222,17 +226,66 @@ def linearized_outputs(
     mean = posterior.mean.to(problem.device)
     inputs = inputs.to(problem.device)
     samples = posterior.sample(n_samples, generator).to(problem.device)
+    with torch.no_grad():
+        first = problem.forward(mean, inputs[:1])
+    result = first.new_empty((samples.shape[0], inputs.shape[0], *first.shape[1:]))
+    if result.numel() == 0:
+        return result
+    per_samples, per_rows = _linearized_chunks(problem, mean, inputs, result, chunk)
 
-    def outputs_at(params: Tensor) -> Tensor:
-        return problem.forward(params, inputs)
+    def tangent_at(rows: Tensor) -> Callable[[Tensor], Tensor]:
+        def tangent(direction: Tensor) -> Tensor:
+            return jvp(lambda params: problem.forward(params, rows), (mean,), (direction,))[1]
 
-    def tangent(direction: Tensor) -> Tensor:
-        return jvp(outputs_at, (mean,), (direction,))[1]
+        return tangent
 
     with torch.no_grad():
-        center = outputs_at(mean)
-        pieces = [vmap(tangent)(piece) for piece in (samples - mean).split(chunk)]
-    return center + torch.cat(pieces)
+        for start in range(0, inputs.shape[0], per_rows):
+            rows = inputs[start : start + per_rows]
+            block = result[:, start : start + per_rows]
+            block.copy_(problem.forward(mean, rows).expand_as(block))
+            tangent = vmap(tangent_at(rows))
+            for begin in range(0, samples.shape[0], per_samples):
+                piece = samples[begin : begin + per_samples] - mean
+                block[begin : begin + per_samples] += tangent(piece)
+    return result
+
+
+# A Jacobian-vector product carries a tangent beside every activation, and its rules make
+# temporaries of about the same size: a sample's tangents cost about this many forward passes.
+TANGENT_FACTOR = 3
+
+
+def _linearized_chunks(
+    problem: Problem, mean: Tensor, inputs: Tensor, result: Tensor, chunk: int
+) -> tuple[int, int]:
+    """Samples and rows per vmapped Jacobian-vector product, within the memory budget.
+
+    A chunk of ``s`` samples over ``r`` rows holds the forward pass on the rows at the mean
+    and ``s`` tangents of it (:data:`TANGENT_FACTOR` forward passes each), besides the
+    (S, n, k) result and the chunk's parameter differences. Starting from ``chunk``
+    samples, the sample count is halved until at least one row fits.
+
+    Raises:
+        StageError: not even one sample on one row fits (names ``BAYESFLOW_MEMORY_LIMIT``).
+    """
+    from bayesflow.engines.memory import memory_budget, row_cost, rows_within
+
+    cost = row_cost(problem.forward, lambda rows: problem.forward(mean, rows), inputs)
+    budget = memory_budget(problem.device)
+    held = result.numel() * result.element_size()
+    samples = max(1, min(chunk, result.shape[0]))
+    while True:
+        fixed = held + cost.fixed * (1 + TANGENT_FACTOR * samples) + samples * mean.numel() * mean.element_size()
+        per_row = cost.per_row * (1 + TANGENT_FACTOR * samples)
+        try:
+            rows = rows_within(budget, fixed, per_row, inputs.shape[0], "the linearised predictive")
+        except StageError:
+            if samples == 1:
+                raise
+            samples = max(1, samples // 2)
+            continue
+        return samples, rows
 
 
 def check_dense_dimension(engine: str, problem: Problem, diagonal: str) -> None:

@@ -38,24 +38,56 @@ __all__ = [
     "diagonal_fisher",
     "diagonal_ggn",
     "example_gradients",
+    "gradient_chunks",
     "log_likelihood_gradient",
 ]
 
-# The per-example products of one chunk are (chunk, k, d). On a CPU, chunks of about 2²⁰
-# elements (4 MiB in float32) stay in cache and ran about 2.5x faster than 2²⁴ (measured on a
-# d = 5,514, k = 10 MLP); an accelerator wants big chunks, 2²⁴ elements (64 MiB) at most.
-CHUNK_ELEMENTS = {"cpu": 2**20}
-DEFAULT_CHUNK_ELEMENTS = 2**24
+# On a CPU, chunks whose (chunk, k, d) products hold about 2²⁰ elements (4 MiB in float32)
+# stay in cache: on a d = 5,575, k = 10 MLP and 2,000 examples the diagonal GGN took
+# 0.31-0.37 s of CPU time with them and 0.77-0.86 s with the whole batch in one chunk
+# (measured, one thread). An accelerator gets chunks as large as its memory allows.
+CACHE_ELEMENTS = {"cpu": 2**20}
+
+# What a per-example product holds besides its (k, d) result: the rows of the pullback,
+# their accumulation and the caller's square or product (counted in (k, d) results).
+PRODUCT_COPIES = 3
 
 
-def chunk_size(params: Tensor, width: int) -> int:
-    """Examples per chunk so that a (chunk, width, d) tensor stays within the budget."""
-    budget = CHUNK_ELEMENTS.get(params.device.type, DEFAULT_CHUNK_ELEMENTS)
-    return max(1, budget // (width * params.shape[-1]))
+def chunk_size(problem: Problem, params: Tensor, inputs: Tensor, width: int, fixed: int = 0) -> int:
+    """Examples per chunk of a per-example product with ``width`` rows of d, within the
+    memory budget of :mod:`bayesflow.engines.memory` (and, on a CPU, within its cache:
+    :data:`CACHE_ELEMENTS`).
+
+    An example of a chunk holds ``width`` pullbacks of the forward pass (each about a
+    forward pass's activations) and :data:`PRODUCT_COPIES` (width, d) tensors.
+
+    Args:
+        problem: the problem whose forward pass is measured.
+        params: the parameters (d,) the products are taken at.
+        inputs: the examples (n, ...).
+        width: vector-Jacobian products per example (k for the GGN, 1 for gradients).
+        fixed: bytes the caller holds whatever the chunk (a d × d sum).
+
+    Raises:
+        StageError: not even one example fits the budget (names ``BAYESFLOW_MEMORY_LIMIT``).
+    """
+    from bayesflow.engines.memory import memory_budget, row_cost, rows_within
+
+    if inputs.shape[0] == 0:
+        return 1
+    cost = row_cost(problem.forward, lambda rows: problem.forward(params, rows), inputs)
+    per_example = cost.per_row * (1 + 2 * width) + PRODUCT_COPIES * width * params.numel() * params.element_size()
+    chunk = rows_within(
+        memory_budget(params.device), fixed + cost.fixed * (1 + width), per_example, inputs.shape[0],
+        "the curvature (per-example Jacobians)",
+    )
+    cached = CACHE_ELEMENTS.get(params.device.type)
+    return chunk if cached is None else max(1, min(chunk, cached // (width * params.numel())))
 
 
-def scaled_jacobians(problem: Problem, params: Tensor, inputs: Tensor) -> Iterator[Tensor]:
-    """``Lᵢᵀ Jᵢ`` (chunk, k, d) chunk by chunk, with ``Hᵢ = Lᵢ Lᵢᵀ``.
+def scaled_jacobians(problem: Problem, params: Tensor, inputs: Tensor, fixed: int = 0) -> Iterator[Tensor]:
+    """``Lᵢᵀ Jᵢ`` (chunk, k, d) chunk by chunk, with ``Hᵢ = Lᵢ Lᵢᵀ``; chunks as large as the
+    memory budget allows (:func:`chunk_size`; ``fixed``: bytes the caller holds besides).
 
     The square root comes from an eigendecomposition, as the output Hessians are only
     positive semi-definite; its rows are k vector-Jacobian products per example, vmapped
@@ -72,7 +104,7 @@ def scaled_jacobians(problem: Problem, params: Tensor, inputs: Tensor) -> Iterat
     products = vmap(rows, in_dims=(None, 0, 0))
     with torch.no_grad():
         num_outputs = problem.forward(params, inputs[:1]).shape[-1]
-    chunk = chunk_size(params, num_outputs)
+    chunk = chunk_size(problem, params, inputs, num_outputs, fixed)
     for start in range(0, inputs.shape[0], chunk):
         piece = inputs[start : start + chunk]
         with torch.no_grad():
@@ -93,14 +125,16 @@ def diagonal_ggn(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
 def dense_ggn(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
     """``Σᵢ Jᵢᵀ Hᵢ Jᵢ = Σᵢ (Lᵢᵀ Jᵢ)ᵀ (Lᵢᵀ Jᵢ)`` over the batch (d, d)."""
     total = params.new_zeros((params.shape[0], params.shape[0]))
-    for rows in scaled_jacobians(problem, params, batch[0]):
+    held = total.numel() * total.element_size()
+    for rows in scaled_jacobians(problem, params, batch[0], held):
         flat = rows.reshape(-1, params.shape[0])
         total += flat.T @ flat
     return total
 
 
-def example_gradients(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
-    """The per-example log-likelihood gradients ``gᵢ`` (n, d), vmapped in chunks."""
+def gradient_chunks(problem: Problem, params: Tensor, batch: Batch, fixed: int = 0) -> Iterator[Tensor]:
+    """The per-example log-likelihood gradients ``gᵢ`` (chunk, d), chunk by chunk, vmapped;
+    chunks as large as the memory budget allows (``fixed``: bytes the caller holds)."""
 
     def log_likelihood(flat: Tensor, example: Tensor, target: Tensor) -> Tensor:
         outputs = problem.forward(flat, example.unsqueeze(0))
@@ -108,23 +142,33 @@ def example_gradients(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
 
     gradient = vmap(grad(log_likelihood), in_dims=(None, 0, 0))
     inputs, targets = batch
-    chunk = chunk_size(params, 1)
-    pieces = [
-        gradient(params, inputs[start : start + chunk], targets[start : start + chunk])
-        for start in range(0, inputs.shape[0], chunk)
-    ]
-    return torch.cat(pieces)
+    chunk = chunk_size(problem, params, inputs, 1, fixed)
+    for start in range(0, inputs.shape[0], chunk):
+        yield gradient(params, inputs[start : start + chunk], targets[start : start + chunk])
+
+
+def example_gradients(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
+    """The per-example log-likelihood gradients ``gᵢ`` (n, d), vmapped in chunks."""
+    held = batch[0].shape[0] * params.numel() * params.element_size()
+    return torch.cat(list(gradient_chunks(problem, params, batch, held)))
 
 
 def diagonal_fisher(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
-    """The diagonal empirical Fisher ``Σᵢ gᵢ ⊙ gᵢ`` over the batch (d,)."""
-    return (example_gradients(problem, params, batch) ** 2).sum(0)
+    """The diagonal empirical Fisher ``Σᵢ gᵢ ⊙ gᵢ`` over the batch (d,), chunk by chunk
+    (the (n, d) gradients are never held at once)."""
+    total = torch.zeros_like(params)
+    for gradients in gradient_chunks(problem, params, batch):
+        total += (gradients**2).sum(0)
+    return total
 
 
 def dense_fisher(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
-    """The empirical Fisher ``Σᵢ gᵢ gᵢᵀ`` over the batch (d, d)."""
-    gradients = example_gradients(problem, params, batch)
-    return gradients.T @ gradients
+    """The empirical Fisher ``Σᵢ gᵢ gᵢᵀ`` over the batch (d, d), chunk by chunk."""
+    total = params.new_zeros((params.shape[0], params.shape[0]))
+    held = total.numel() * total.element_size()
+    for gradients in gradient_chunks(problem, params, batch, held):
+        total += gradients.T @ gradients
+    return total
 
 
 def batch_log_likelihood(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
