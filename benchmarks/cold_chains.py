@@ -221,6 +221,56 @@ def raised_friction(state: Any, config: Any, per_datum: float) -> dict[str, floa
     }
 
 
+COST_VARIANTS = ("default", "remedy", "batch_128", "remedy_batch_128")
+
+
+def cost(temperature: float = 0.01, seed: int = 0) -> dict[str, Any]:
+    """Seconds per update step of :data:`COST_VARIANTS`, timed interleaved one epoch at a
+    time (:func:`benchmarks.timing.compare`, so a change of the machine's load between
+    repeats falls on every variant alike), with each variant's ratio to ``default``."""
+    from bayesflow.api import load, prepare
+    from bayesflow.dag.plan import Stage
+    from bayesflow.engines.fit import minibatches
+    from bayesflow.engines.optimize import steps_per_epoch
+    from bayesflow.methods import METHODS
+    from bayesflow.stages.context import WorkflowContext
+    from benchmarks.timing import Settings, compare, paired_ratio
+
+    prepared = prepare(load(WORKFLOW, [f"temperatures=[{temperature}]", f"seeds=[{seed}]"]))
+    context = WorkflowContext(prepared.loaded, prepared.dataset)
+    base = context.spec.methods[METHOD].model_dump()
+    stage = Stage(f"fit/{METHOD}", "fit", (), "", METHOD, "sghmc", temperature, seed)
+    problem, _, tempering = context.problem(stage)
+    x_train, y_train = context.training_data(problem.device)
+    contenders: dict[str, Any] = {}
+    steps: dict[str, int] = {}
+    for variant in COST_VARIANTS:
+        config: Any = METHODS.get("sghmc").spec.model_validate({**base, **VARIANTS[variant]})
+        engine = METHODS.get("sghmc").builder()(problem, tempering, config)
+        generator = context.generator(problem.device, seed)
+        state = [engine.init(problem.init_params(generator), generator)]
+
+        def epoch(engine: Any = engine, state: list[Any] = state, generator: Any = generator) -> None:
+            for batch in minibatches(x_train, y_train, engine.batch_size, generator, engine.streams):
+                state[0], _ = engine.update(state[0], batch)
+            state[0].samples.clear()  # nothing kept: the timing loop runs past the schedule
+
+        contenders[variant] = epoch
+        steps[variant] = steps_per_epoch(problem.num_data, config.batch_size)
+    timings = compare(contenders, Settings(repeats=9), count=5, warmup=3)
+    per_step = {name: timing.median / steps[name] for name, timing in timings.items()}
+    return {
+        "temperature": temperature,
+        "seconds_per_step": per_step,
+        "per_epoch": {name: timing.as_dict() for name, timing in timings.items()},
+        "ratio_to_default_per_step": {
+            name: paired_ratio(timings[name], timings["default"])["median"]
+            * steps["default"] / steps[name]
+            for name in timings
+        },
+    }
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cold_chains", description=__doc__.split("\n")[0])
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
@@ -253,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 row = measure(variant, temperature, seed, args.quick)
                 rows.append(row)
                 print(line(row), flush=True)
+    timing = cost() if not args.quick else None
     date, clock = stamp()
     results = {
         "date": date,
@@ -263,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                      "temperatures": list(temperatures), "variants": VARIANTS},
         "machine": machine("cpu", args.threads),
         "rows": rows,
+        "cost": timing,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if args.quick else ""
@@ -294,6 +346,13 @@ def render(results: dict[str, Any], path: Path) -> str:
             f"{row['configurational_ratio']:.2f} | {raised} | {row['test_nll']:.3f} | "
             f"{row['test_accuracy']:.3f} | {1000 * row['seconds_per_step']:.2f} |"
         )
+    timing = results.get("cost")
+    if timing:
+        lines += ["", "Seconds per update step at T = {:g}, timed interleaved one epoch at a time "
+                  "(median of 9; ratio to `default`, paired by repeat): {}.".format(
+                      timing["temperature"], ", ".join(
+                          f"{name} {1000 * seconds:.2f} ms ({timing['ratio_to_default_per_step'][name]:.2f}x)"
+                          for name, seconds in timing["seconds_per_step"].items()))]
     info = results["machine"]
     lines += [
         "",

@@ -283,14 +283,16 @@ def group_gradient(chains: Chains, groups: int) -> GroupGradient:
     """``(params (K, d), batch) -> (∇f (K, d), f (K,), s² (K, d) or None)``.
 
     The minibatch of every chain is cut into ``groups`` equal groups of consecutive
-    examples (the batch is a random draw in random order, so these are random groups),
-    and each group's gradient is one call of the chains' gradient. Their mean is the
-    minibatch gradient; their spread estimates the variance of one example's gradient,
+    examples (the batch is a random draw in random order, so these are random groups).
+    Their gradients come from one call of the chains' gradient, the K·G groups standing
+    as chains with a batch each (with one prior weight per chain, a vectorised grid under
+    the likelihood convention, from G calls instead). Their mean is the minibatch
+    gradient; their spread estimates the variance of one example's gradient,
     ``s² = (B/G) · var_j(∇f_j)`` (the prior term is the same in every group and cancels).
-    A loop of G calls was measured faster than one call vmapped over the groups on digits'
-    MLP with one chain at batch 32 (1.4 against 3.4 ms; the plain gradient 1.7 ms).
-    A batch of fewer than G examples, or one that G does not divide (the short last
-    batch of an epoch), is taken whole and gives no estimate (None).
+    On digits' MLP, one chain, batch 32, one thread: 0.9-1.1 ms against 1.6-2.3 ms for G
+    calls and 0.7-1.1 ms for the plain gradient (measured on a busy 2-core machine).
+    A batch of fewer than G examples, or one that G does not divide, is taken whole and
+    gives no estimate (None).
 
     Args:
         chains: the sampler's shared parts (its gradient).
@@ -305,18 +307,43 @@ def group_gradient(chains: Chains, groups: int) -> GroupGradient:
             grads, values = chains.gradient(params, batch)
             return grads, values, None
         per = size // groups
-        pieces = []
-        for start in range(0, size, per):
-            if own:
-                piece: Batch = ChainBatch(inputs[:, start : start + per], targets[:, start : start + per])
-            else:
-                piece = (inputs[start : start + per], targets[start : start + per])
-            pieces.append(chains.gradient(params, piece))
-        grads = torch.stack([grad for grad, _ in pieces])
-        values = torch.stack([value for _, value in pieces])
-        return grads.mean(0), values.mean(0), grads.var(dim=0) * per
+        if isinstance(chains.per_datum, Tensor):  # per-chain weights: one call per group
+            pieces = [
+                chains.gradient(params, slice_batch(inputs, targets, own, start, per))
+                for start in range(0, size, per)
+            ]
+            parts = [grad for grad, _ in pieces]
+            values = torch.stack([value for _, value in pieces]).mean(0)
+        else:  # the groups as G·K chains of a batch each: one call
+            count, dimension = params.shape
+            stacked = params.repeat_interleave(groups, dim=0)
+            grads, group_values = chains.gradient(
+                stacked, ChainBatch(split(inputs, own, count, groups), split(targets, own, count, groups))
+            )
+            parts = list(grads.view(count, groups, dimension).unbind(1))
+            values = group_values.view(count, groups).mean(1)
+        mean = sum(parts[1:], parts[0]) / groups
+        # The sample variance over the groups, summed term by term: Tensor.var over a
+        # short axis was measured at 0.7 ms for digits' MLP, half the step.
+        squares = sum(((grad - mean) ** 2 for grad in parts[1:]), (parts[0] - mean) ** 2)
+        return mean, values, squares * (per / (groups - 1))
 
     return gradient
+
+
+def slice_batch(inputs: Tensor, targets: Tensor, own: bool, start: int, size: int) -> Batch:
+    """Examples ``start … start + size − 1`` of a batch (of every chain's, for a ChainBatch)."""
+    if own:
+        return ChainBatch(inputs[:, start : start + size], targets[:, start : start + size])
+    return inputs[start : start + size], targets[start : start + size]
+
+
+def split(values: Tensor, own: bool, count: int, groups: int) -> Tensor:
+    """(K, B, ...) per-chain or (B, ...) shared batch values as (K·G, B/G, ...): chain k's
+    groups are rows k·G … k·G + G − 1."""
+    if not own:
+        values = values.unsqueeze(0).expand(count, *values.shape)
+    return values.reshape(count * groups, values.shape[1] // groups, *values.shape[2:])
 
 
 def minibatch_variance(spread: Tensor, batch: Batch) -> Tensor:
