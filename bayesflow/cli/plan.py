@@ -31,16 +31,33 @@ def validate(
     overrides: list[str] | None = OVERRIDES_ARGUMENT,
     resolved: bool = typer.Option(False, "--resolved", help="Print the resolved spec with defaults."),
 ) -> None:
-    """Check a spec: exit 0 when valid, 3 with every problem located."""
+    """Check a spec and its data: exit 0 when valid, 3 with every problem located."""
     loaded = load(spec, overrides)
+    dataset = checked_data(loaded)
     if resolved:
         sys.stdout.write(loaded.to_yaml())
     else:
         output.print(f"{spec}: valid ({len(loaded.spec.methods)} methods, "
-                     f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds)",
+                     f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds; "
+                     f"data checked: {len(dataset.y_train)} training and {len(dataset.y_test)} test rows)",
                      markup=False, highlight=False)
         for line in user_code(loaded.spec):
             output.print(f"  runs your code: {line}", markup=False, highlight=False)
+
+
+def checked_data(loaded: Any) -> Any:
+    """Load the spec's data and run the checks a run makes before any fit (labels in the
+    likelihood's support, no NaN or infinite values, enough rows for the split), so that
+    ``validate`` fails with the same message and exit code 3 as ``run`` would.
+
+    Raises:
+        DataError: the data cannot be used with the spec's likelihood.
+    """
+    from bayesflow.data import check_data, load_dataset
+
+    dataset = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
+    check_data(dataset, loaded.spec.likelihood.name)
+    return dataset
 
 
 def user_code(spec: Any) -> list[str]:
