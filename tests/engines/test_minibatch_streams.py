@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bayesflow.engines.base import ChainBatch
-from bayesflow.engines.fit import DISTINCT_PAIRS_LIMIT, chain_orders, minibatches
+from bayesflow.engines.fit import chain_orders, distinct_indices, minibatches
 
 POINTS, BATCH, CHAINS = 96, 8, 200
 
@@ -25,10 +25,13 @@ def plain_torch_orders(count: int, chains: int, generator: torch.Generator) -> t
     pairs = len(scales) * count
     maps = []
     for _ in range(2):
-        if pairs <= 2**20 and chains <= pairs:
-            picked = torch.randperm(pairs, generator=generator)[:chains]
-        else:
-            picked = torch.randint(0, pairs, (chains,), generator=generator)
+        picked = torch.randint(0, pairs, (chains,), generator=generator)
+        while chains <= pairs:  # redraw every repeat after its first until all differ
+            values, order = picked.sort(stable=True)
+            repeats = order[1:][values[1:] == values[:-1]]
+            if len(repeats) == 0:
+                break
+            picked[repeats] = torch.randint(0, pairs, (len(repeats),), generator=generator)
         maps.append((scales[picked // count, None], picked[:, None] % count))
     (a, b), (c, e) = maps
     return outer[(c * middle[(a * inner + b) % count] + e) % count]
@@ -52,7 +55,19 @@ def test_large_data_uses_wide_integers_and_stays_a_permutation() -> None:
     full = orders.full()
     assert torch.equal(full.sort(1).values, torch.arange(count).expand(3, -1))
     assert len(set(map(tuple, full[:, :50].tolist()))) == 3
-    assert DISTINCT_PAIRS_LIMIT < count * 20_000  # φ(50,000) = 20,000: drawn with replacement
+
+
+def test_affine_maps_are_distinct_while_there_are_enough() -> None:
+    """The K maps of a layer are distinct when K ≤ M (here all M of them: a permutation),
+    and drawn with repeats when K > M."""
+    generator = torch.Generator().manual_seed(0)
+    every = distinct_indices(40, 40, generator)
+    assert torch.equal(every.sort().values, torch.arange(40))
+    more = distinct_indices(40, 100, generator)
+    assert more.shape == (100,) and int(more.min()) >= 0 and int(more.max()) < 40
+    # N = 2: φ(2) = 1, two maps (shifts 0 and 1), so at most two distinct orders.
+    orders = chain_orders(2, 5, generator).full()
+    assert torch.equal(orders.sort(1).values, torch.arange(2).expand(5, -1))
 
 
 def test_each_chain_sees_every_row_once_per_epoch_in_its_own_order() -> None:
