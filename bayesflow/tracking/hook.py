@@ -183,7 +183,8 @@ class TrackingHook:
     """Logs stages' artefacts to a tracker under one parent run, after they exist.
 
     Attributes:
-        runs: fit stage name → its run id in this execution.
+        runs: fit stage name → its run id in this execution (a reused fit's once its
+            evaluation is logged, or at :meth:`publish_stages`).
         status: fit stage name → ``FINISHED`` or ``FAILED``.
     """
 
@@ -202,6 +203,9 @@ class TrackingHook:
         self.runs: dict[str, str] = {}
         self.status: dict[str, str] = {}
         self.reused: dict[str, RunRecord] = {}  # fit stage name -> the earlier run it reuses
+        # A reused fit's run waits for its evaluation, to be created with one batch:
+        # fit stage name -> (stage, tags, metrics).
+        self._pending: dict[str, tuple[Stage, dict[str, str], dict[str, float]]] = {}
         self._finished: dict[tuple[str, str], RunRecord] | None = None
 
     def _loaded(self, stage: Stage) -> LoadedSpec:
@@ -256,7 +260,11 @@ class TrackingHook:
             self.runs[stage.name] = run_id
             self.status[stage.name] = "FAILED"
         elif stage.kind == "evaluate":
-            fit_run = self.runs.get(stage.name.replace("evaluate/", "fit/", 1))
+            fit_name = stage.name.replace("evaluate/", "fit/", 1)
+            if fit_name in self._pending:
+                self._create_reused(fit_name, {"bayesflow.evaluate_error": message})
+                return
+            fit_run = self.runs.get(fit_name)
             if fit_run is not None:
                 self.tracker.set_tags(fit_run, {"bayesflow.evaluate_error": message})
 
@@ -266,8 +274,9 @@ class TrackingHook:
     # ------------------------------------------------------------------ helpers
 
     def _log_fit(self, stage: Stage, fit: FitArtefact, cached: bool) -> None:
-        """A child run with the fit's metrics, flags and histories; its artifacts, or,
-        for a fit an earlier run computed, a pointer to that run's."""
+        """A child run with the fit's metrics, flags, histories and artifacts; for a fit
+        an earlier run computed, the tags and metrics of a run that points to that run's
+        artifacts, created with its evaluation's (:meth:`_create_reused`)."""
         from bayesflow.stages.table import fit_flags_of
 
         flags = fit_flags_of(fit, stage.engine)
@@ -280,15 +289,17 @@ class TrackingHook:
             tags.update({"bayesflow.reused": "true", COMPUTED_BY_TAG: source.run_id,
                          "bayesflow.artifact_uri": source.artifact_uri})
             metrics.update({key: values[-1] for key, values in fit.series().items() if values})
-        elif table["data"]:  # MLflow's UI shows a logged table as one
+            self._pending[stage.name] = (stage, tags, metrics)
+            self.status[stage.name] = "FINISHED"
+            return
+        if table["data"]:  # MLflow's UI shows a logged table as one
             tags["mlflow.loggedArtifacts"] = json.dumps([{"path": DIAGNOSTICS_ARTIFACT, "type": "table"}])
         run_id = self._start(stage, tags, metrics)
-        if source is None:
-            self.tracker.log_batch(run_id, histories=fit.series())
-            self.tracker.log_artifact(run_id, fit.posterior, "posterior")
-            if table["data"]:
-                self.tracker.log_text(run_id, json.dumps(table), DIAGNOSTICS_ARTIFACT)
-            self._log_model(stage, run_id, fit)
+        self.tracker.log_batch(run_id, histories=fit.series())
+        self.tracker.log_artifact(run_id, fit.posterior, "posterior")
+        if table["data"]:
+            self.tracker.log_text(run_id, json.dumps(table), DIAGNOSTICS_ARTIFACT)
+        self._log_model(stage, run_id, fit)
         self.tracker.end_run(run_id, "FINISHED")
         self.runs[stage.name] = run_id
         self.status[stage.name] = "FINISHED"
@@ -324,14 +335,28 @@ class TrackingHook:
             }
         return self._finished.get((stage.name, stage.key))
 
+    def _create_reused(
+        self, fit_name: str, tags: dict[str, str] | None = None, metrics: dict[str, float] | None = None
+    ) -> str:
+        """Create the finished run of a reused fit with its evaluation's tags and metrics:
+        the run, then its params and every metric in one batch."""
+        stage, fit_tags, fit_metrics = self._pending.pop(fit_name)
+        run_id = self._start(stage, {**fit_tags, **(tags or {})}, {**fit_metrics, **(metrics or {})})
+        self.tracker.end_run(run_id, "FINISHED")
+        self.runs[fit_name] = run_id
+        return run_id
+
     def _log_evaluation(self, stage: Stage, evaluation: EvaluationArtefact) -> None:
         fit_name = stage.name.replace("evaluate/", "fit/", 1)
-        run_id = self.runs.get(fit_name)
-        if run_id is None:
-            return
         tags = {f"convention.{key}": str(value)[:TAG_LIMIT] for key, value in evaluation.conventions.items()}
         tags["bayesflow.evaluation_key"] = stage.key
-        self.tracker.log_batch(run_id, metrics=evaluation.metrics, tags=tags)
+        if fit_name in self._pending:
+            run_id = self._create_reused(fit_name, tags, evaluation.metrics)
+        elif fit_name in self.runs:
+            run_id = self.runs[fit_name]
+            self.tracker.log_batch(run_id, metrics=evaluation.metrics, tags=tags)
+        else:
+            return
         source = self.reused.get(fit_name)
         if source is not None and source.tags.get("bayesflow.evaluation_key") == stage.key:
             return  # the run that computed the fit holds this evaluation's arrays
@@ -340,7 +365,10 @@ class TrackingHook:
 
     def publish_stages(self) -> None:
         """Log which run holds each fit of this plan to the parent (``bayesflow/stages.json``,
-        read by :func:`bayesflow.results`)."""
+        read by :func:`bayesflow.results`); first create the runs of reused fits whose
+        evaluation did not come."""
+        for name in list(self._pending):
+            self._create_reused(name)
         payload = {
             name: {"run_id": self.runs.get(name), "status": self.status.get(name, "SKIPPED"),
                    "key": stage.key}

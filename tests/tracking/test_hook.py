@@ -170,3 +170,21 @@ def test_a_new_evaluation_of_a_reused_fit_is_logged_to_the_new_child(tmp_path: P
     assert posteriors[0].keys() == posteriors[1].keys()
     for name in ("mean", "var"):
         np.testing.assert_array_equal(posteriors[0][name], posteriors[1][name])
+
+
+def test_a_reused_fit_without_its_evaluation_still_gets_its_run(twice, tmp_path: Path) -> None:
+    """A reused fit's run waits for its evaluation; when none comes (a failed or skipped
+    evaluation), publish_stages creates it, pointing to the run that computed the fit."""
+    from bayesflow.tracking.hook import TrackingHook
+
+    tracker, (first, _) = twice
+    parent = tracker.start_run("tiny", "third", tags={"bayesflow.role": "parent"})
+    hook = TrackingHook(tracker, bayesflow.load(write(tmp_path, TWINS)), first.plan, parent, "tiny")
+    stage = first.plan.stages["fit/sghmc/T=1/seed=0"]
+    hook.after_stage(stage, first.outcome.entries[stage.name], cached=True)
+    assert stage.name not in hook.runs  # waiting for the evaluation
+    hook.publish_stages()
+    record = tracker.get_run(hook.runs[stage.name])
+    assert record.parent_id == parent and record.status == "FINISHED"
+    assert record.tags["bayesflow.computed_by"] == first.fit_runs[stage.name]
+    assert "test_nll" not in record.metrics and "fit_seconds" in record.metrics
