@@ -74,7 +74,7 @@ def test_a_rerun_keeps_the_first_parents_children_and_points_to_them(twice) -> N
     tracker, (first, second) = twice
     assert set(second.outcome.status.values()) == {"cached"}
     assert set(second.fit_runs) == set(first.fit_runs)
-    assert len(fit_runs(tracker)) == 14
+    assert len([r for r in fit_runs(tracker) if r.parent_id in (first.run_id, second.run_id)]) == 14
     for stage, run_id in second.fit_runs.items():
         child, source = tracker.get_run(run_id), tracker.get_run(first.fit_runs[stage])
         assert child.parent_id == second.run_id and source.parent_id == first.run_id
