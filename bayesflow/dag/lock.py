@@ -139,6 +139,8 @@ class FileLock:
         notify: called once with the "waiting for ..." line when the lock is busy
             (default: print it to standard error).
         name: what the lock guards, for messages (default: the lock file's folder).
+        fix: what a refused process can do, ending the busy message (default: the
+            advice for a cache folder).
 
     Raises:
         CacheLockError: on entry, when the lock is busy and ``wait`` is False or
@@ -153,8 +155,10 @@ class FileLock:
         timeout: float | None = None,
         notify: Callable[[str], None] | None = None,
         name: str | None = None,
+        fix: str | None = None,
     ) -> None:
         self.path = Path(path)
+        self.fix = fix
         self.wait, self.timeout = wait, timeout
         self.notify = notify or _print_to_stderr
         self.name = name or f"cache {self.path.parent}"
@@ -252,6 +256,8 @@ class FileLock:
 
     def _busy_message(self, waited: float) -> str:
         what = f"waited {waited:.0f} s for" if self.wait else "in use by"
+        if self.fix is not None:
+            return f"{self.name}: {what} {self._holder()}; {self.fix}"
         return (
             f"{self.name}: {what} {self._holder()}; let it finish and run again (finished "
             f"stages are reused), give this run its own `execution.cache_dir`, or set "

@@ -30,7 +30,7 @@ from bayesflow.tracking.base import (
     check_status,
     stringify_params,
 )
-from bayesflow.tracking.uri import SQLITE_PREFIX, probe_server, resolve_tracking_uri
+from bayesflow.tracking.uri import SQLITE_PREFIX, probe_server, resolve_tracking_uri, store_lock
 
 __all__ = ["ARTIFACT_FOLDER", "MlflowTracker", "probe_server", "resolve_tracking_uri"]
 
@@ -94,7 +94,7 @@ class MlflowTracker:
             probe_server(self.uri)
             from mlflow.tracking import MlflowClient
 
-            with self._translate("connecting"):
+            with self._translate("connecting"), store_lock(self.uri):  # one creator at a time
                 self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 

@@ -1,5 +1,6 @@
 """Tracking URIs: where runs go by default, made independent of the working directory,
-and a quick probe of a tracking server before MLflow's client retries for minutes.
+a quick probe of a tracking server before MLflow's client retries for minutes, and the
+lock under which a SQLite store is created.
 
 Neither function imports mlflow, so the command line can name a store cheaply.
 """
@@ -7,13 +8,15 @@ Neither function imports mlflow, so the command line can name a store cheaply.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bayesflow.errors import TrackingError
 
 __all__ = [
-    "DEFAULT_TRACKING_URI", "PROBE_SECONDS", "SQLITE_PREFIX", "missing_store", "probe_server",
-    "resolve_tracking_uri",
+    "DEFAULT_TRACKING_URI", "PROBE_SECONDS", "SQLITE_PREFIX", "STORE_LOCK_SECONDS", "missing_store",
+    "probe_server", "resolve_tracking_uri", "store_lock",
 ]
 
 SQLITE_PREFIX = "sqlite:///"
@@ -88,3 +91,51 @@ def missing_store(uri: str) -> bool:
     make MLflow create an empty store and then call every run unknown."""
     database = uri.removeprefix(SQLITE_PREFIX).split("?", 1)[0]
     return uri.startswith(SQLITE_PREFIX) and database != ":memory:" and not Path(database).is_file()
+
+
+# Creating or upgrading a SQLite store takes seconds; a process that waits longer than
+# this for another one to do it is stuck, and says so.
+STORE_LOCK_SECONDS = 300.0
+
+
+@contextmanager
+def store_lock(uri: str, timeout: float = STORE_LOCK_SECONDS) -> Iterator[None]:
+    """Hold ``<database>.lock``, beside a SQLite store's file, while MLflow opens the store.
+
+    Opening a SQLite store creates its tables or migrates them (Alembic), and two processes
+    doing it at once break each other ("duplicate column name", "Online migration expected
+    to match one row"). Runs with different cache folders do not share the cache's lock,
+    but they share the store when they run in one folder: this lock serialises the
+    creation. It is an ``flock`` (:class:`bayesflow.dag.lock.FileLock`), given back by the
+    kernel when its holder dies. Other URIs (a server, an in-memory store), and a store
+    that exists in a folder this process cannot write, take no lock.
+
+    Raises:
+        TrackingError: the lock file cannot be made, or another process held the lock for
+            ``timeout`` seconds.
+    """
+    database = uri.removeprefix(SQLITE_PREFIX).split("?", 1)[0]
+    if not uri.startswith(SQLITE_PREFIX) or database in ("", ":memory:"):
+        yield
+        return
+    folder = Path(database).parent
+    if Path(database).is_file() and folder.is_dir() and not os.access(folder, os.W_OK):
+        yield  # a store in a read-only folder is read, never created or migrated here
+        return
+    from bayesflow.dag.lock import FileLock
+    from bayesflow.errors import CacheLockError
+
+    lock = FileLock(
+        Path(database + ".lock"), timeout=timeout, notify=lambda line: None,
+        name=f"tracking store {database}",
+        fix="it is still creating or upgrading the store; let it finish, or point `tracking.uri` "
+            "at another store",
+    )
+    try:
+        lock.acquire()
+    except CacheLockError as error:
+        raise TrackingError(str(error).replace("execution.cache_dir", "tracking.uri")) from None
+    try:
+        yield
+    finally:
+        lock.release()
