@@ -170,11 +170,24 @@ def chain_log_likelihood(problem: Problem) -> Callable[[Tensor, Tensor, bool], T
 
         return vmapped
     bound = likelihood
+    # The last targets converted to the outputs' float type, and their conversion: a full
+    # batch hands the same targets every step (measured: the conversion and its expand
+    # were about 5% of a one-chain Pima step).
+    converted: list[Any] = []
+
+    def as_float(targets: Tensor, dtype: torch.dtype) -> Tensor:
+        if targets.dtype == dtype:
+            return targets
+        if (converted and converted[0] is targets and converted[1].dtype == dtype
+                and converted[2] == targets._version):  # not changed in place since
+            return converted[1]
+        converted[:] = [targets, targets.to(dtype), targets._version]
+        return converted[1]
 
     def log_likelihood(outputs: Tensor, targets: Tensor, shared: bool) -> Tensor:
         count = outputs.shape[0]
         if bound.name in ("bernoulli", "gaussian"):  # converted before it is expanded
-            targets = targets.to(outputs.dtype)
+            targets = as_float(targets, outputs.dtype)
         if shared:  # a view: no copy
             targets = targets.expand(count, *targets.shape)
         return log_prob(outputs, targets).flatten(1).mean(1)

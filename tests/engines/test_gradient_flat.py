@@ -181,3 +181,20 @@ def test_inputs_with_more_axes_go_through_vmap() -> None:
     reference = expected(problem, params, batch, 1.0)
     torch.testing.assert_close(grads, reference[0], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(values, reference[1], rtol=1e-10, atol=1e-12)
+
+
+def test_targets_changed_in_place_are_converted_again() -> None:
+    """The float targets kept from the last step are not reused once the integer targets
+    they came from were changed in place."""
+    problem = build_problem(nn.Linear(3, 1).double(), bernoulli(), diag_normal(1.0), 50)
+    generator = torch.Generator().manual_seed(0)
+    params = torch.stack([problem.init_params(generator) for _ in range(2)])
+    inputs = torch.randn(ROWS, 3, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 2, (ROWS,), generator=generator)
+    gradient = chain_gradient(problem, 1.0)
+    first = gradient(params, (inputs, targets))
+    targets[:] = 1 - targets
+    second = gradient(params, (inputs, targets))
+    reference = expected(problem, params, (inputs, targets), 1.0)
+    torch.testing.assert_close(second[0], reference[0], rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(first[0], second[0])
