@@ -56,6 +56,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
                        "lr": 0.03, "epochs": 300, "burn_in": 1200, "thin": 30},
     "remedy_batch_128": {"discretisation": "matched", "gradient_noise": "estimated",
                          "batch_size": 128, "epochs": 400, "burn_in": 400, "thin": 10},
+    # The step size the estimate recommends at T = 0.001 (lr_limit_all, about 0.05),
+    # four times the epochs, the first three quarters burn-in.
+    "remedy_lr_0.05_long": {"discretisation": "matched", "gradient_noise": "estimated",
+                            "lr": 0.05, "epochs": 400, "burn_in": 8700, "thin": 10},
 }
 TEMPERATURES = (0.001, 0.01, 0.1, 1.0)
 QUICK_TEMPERATURES = (0.01, 1.0)
