@@ -74,9 +74,9 @@ def evaluate(
     metrics = {name: float(value) for name, value in result.metrics.items()}
     conventions = dict(result.conventions)
     if settings.ksd is not None and stage.temperature:
-        metrics["ksd"], conventions["ksd"] = _stein_discrepancy(
-            context, stage, problem, tempering, posterior, settings.ksd
-        )
+        stein = _stein_discrepancy(context, stage, problem, tempering, posterior, settings.ksd)
+        metrics.update(stein[0])
+        conventions.update(stein[1])
     if reference is not None:
         distances = _reference_distances(stage, posterior, reference)
         metrics.update(distances)
@@ -104,13 +104,21 @@ def prediction_of(context: WorkflowContext, stage: Stage, posterior: Any) -> str
 def _stein_discrepancy(
     context: WorkflowContext, stage: Stage, problem: Any, tempering: Any, posterior: Any,
     settings: Any,
-) -> tuple[float, str]:
-    """The KSD of the posterior's samples against the score of the full-batch tempered
-    log posterior N·f(θ)/T (:mod:`bayesflow.temperature`), and its convention line."""
+) -> tuple[dict[str, float], dict[str, str]]:
+    """``ksd``: the KSD of the posterior's samples against the score of the full-batch
+    tempered log posterior N·f(θ)/T (:mod:`bayesflow.temperature`); and
+    ``ksd_posteriors_example``: the same samples under the estimator of the posteriors
+    paper's Table 3 (:func:`~bayesflow.evaluate.stein.posteriors_example_ksd`, the score
+    divided by N), so that a run's numbers can be put beside the paper's. With their
+    convention lines."""
     import torch
 
     from bayesflow.evaluate import CONVENTIONS, draw_samples
-    from bayesflow.evaluate.stein import kernelized_stein_discrepancy, stein_scores
+    from bayesflow.evaluate.stein import (
+        kernelized_stein_discrepancy,
+        posteriors_example_ksd,
+        stein_scores,
+    )
 
     generator = context.generator(problem.device, KSD_SEED_OFFSET + int(stage.seed or 0))
     samples = draw_samples(posterior, settings.max_samples, generator)
@@ -126,12 +134,21 @@ def _stein_discrepancy(
     value = kernelized_stein_discrepancy(
         samples, scores, kernel=settings.kernel, bandwidth=settings.bandwidth
     )
-    convention = (
-        f"{CONVENTIONS['ksd']}; here kernel {settings.kernel}, h = {settings.bandwidth}, "
+    example = posteriors_example_ksd(samples, scores / problem.num_data)
+    where = (
         f"{samples.shape[0]} samples, target the full-batch posterior tempered at "
         f"T = {tempering.temperature:g}"
     )
-    return value, convention
+    conventions = {
+        "ksd": f"{CONVENTIONS['ksd']}; here kernel {settings.kernel}, h = {settings.bandwidth}, {where}",
+        "ksd_posteriors_example": (
+            "the estimator of the posteriors paper's Table 3 (its examples/pyro_pima_indians/"
+            "ksd.py): Gaussian kernel h = 1, cross terms of the opposite sign, score divided "
+            "by N, sqrt of the mean over all pairs; not a Stein discrepancy (exact samples "
+            f"do not give ~0); {where}"
+        ),
+    }
+    return {"ksd": value, "ksd_posteriors_example": example}, conventions
 
 
 def _reference_distances(stage: Stage, posterior: Any, reference: FitArtefact) -> dict[str, float]:
