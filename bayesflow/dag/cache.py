@@ -24,6 +24,7 @@ never touches the folders of a live one. One run at a time writes to a cache: se
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -37,8 +38,9 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from bayesflow.dag.lock import LOCK_NAME, FileLock, holding, wait_from_environment
+from bayesflow.errors import StageError
 
-__all__ = ["Cache", "CacheWarning", "Entry", "write_json_atomic"]
+__all__ = ["Cache", "CacheWarning", "Entry", "unwritable", "write_json_atomic"]
 
 OUTPUTS = "outputs.json"
 MANIFEST = "manifest.json"
@@ -83,6 +85,26 @@ def _read_mapping(path: Path) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(value, dict):
         return None, f"holds {type(value).__name__}, not a mapping"
     return value, ""
+
+
+# Errors of a write that more room would fix: no space left, or the user's quota used up.
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def unwritable(error: OSError, root: Path, what: str) -> StageError:
+    """A :class:`~bayesflow.errors.StageError` that says why writing ``what`` into the cache
+    folder ``root`` failed and what to do: a full disk (or quota) is named as such."""
+    if error.errno in FULL:
+        return StageError(
+            f"no space left on the disk that holds the cache {root} (writing {what}: "
+            f"{error.strerror or error}); free some space (`df -h {root}` shows it) and run "
+            "again: finished stages are kept and only unfinished ones are computed again; or "
+            "set `execution.cache_dir` to a folder on a disk with room"
+        )
+    return StageError(
+        f"cannot write {what} into the cache {root} ({error.strerror or error}); check that "
+        "`execution.cache_dir` names a folder you can write, or choose another"
+    )
 
 
 def _warn(message: str) -> None:
@@ -211,27 +233,38 @@ class Cache:
 
     def staging(self, key: str) -> Path:
         """A fresh private folder to write ``key``'s outputs into before :meth:`commit`."""
-        self.root.mkdir(parents=True, exist_ok=True)
         prefix = f".staging-{os.getpid()}-{_host_tag()}-{key}-"
-        return Path(tempfile.mkdtemp(dir=self.root, prefix=prefix))
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(dir=self.root, prefix=prefix))
+        except OSError as error:
+            raise unwritable(error, self.root, f"a staging folder for stage {key}") from None
 
     def commit(self, key: str, staging: Path, values: dict[str, Any]) -> Entry:
-        """Make ``staging`` the finished entry of ``key`` in one atomic rename."""
-        files = sorted(p for p in staging.rglob("*") if p.is_file())
-        manifest = {p.relative_to(staging).as_posix(): p.stat().st_size for p in files}
-        write_json_atomic(staging / MANIFEST, manifest)
-        write_json_atomic(staging / OUTPUTS, values)
-        target = self._folder(key)
-        if target.exists():  # a forced rerun, or an entry found damaged, is replaced
-            self._remove(target, key)
+        """Make ``staging`` the finished entry of ``key`` in one atomic rename.
+
+        Raises:
+            StageError: the entry cannot be written (a full disk is named as such);
+                nothing of it is left in the cache, so the stage is computed again.
+        """
+        try:
+            files = sorted(p for p in staging.rglob("*") if p.is_file())
+            manifest = {p.relative_to(staging).as_posix(): p.stat().st_size for p in files}
+            write_json_atomic(staging / MANIFEST, manifest)
+            write_json_atomic(staging / OUTPUTS, values)
+            target = self._folder(key)
+            if target.exists():  # a forced rerun, or an entry found damaged, is replaced
+                self._remove(target, key)
+        except OSError as error:
+            raise unwritable(error, self.root, f"the entry of stage {key}") from None
         try:
             os.replace(staging, target)
-        except OSError:
+        except OSError as error:
             # Another process committed the same key in between (runs that share a cache
             # without its lock): outputs are a function of the key, so keep theirs.
             found = self.get(key)
             if found is None:
-                raise
+                raise unwritable(error, self.root, f"the entry of stage {key}") from None
             self.discard(staging)
             return found
         return Entry(key, target, values)
@@ -271,8 +304,15 @@ class Cache:
         return record
 
     def write_record(self, key: str, name: str, payload: dict[str, Any]) -> None:
-        """Write a side record of ``key`` atomically."""
-        write_json_atomic(self.root / f"{key}.{name}.json", payload)
+        """Write a side record of ``key`` atomically.
+
+        Raises:
+            StageError: it cannot be written (a full disk is named as such).
+        """
+        try:
+            write_json_atomic(self.root / f"{key}.{name}.json", payload)
+        except OSError as error:
+            raise unwritable(error, self.root, f"the {name} record of stage {key}") from None
 
     def _index_path(self, workflow: str) -> Path:
         return self.root / "index" / f"{workflow}.json"
@@ -295,5 +335,10 @@ class Cache:
         return kept
 
     def write_index(self, workflow: str, index: dict[str, dict[str, Any]]) -> None:
-        """Replace ``workflow``'s index atomically."""
-        write_json_atomic(self._index_path(workflow), index)
+        """Replace ``workflow``'s index atomically. The index only explains stale stages,
+        so a write that fails (a full disk) is a :class:`CacheWarning`, not an error."""
+        try:
+            write_json_atomic(self._index_path(workflow), index)
+        except OSError as error:
+            _warn(f"{self._index_path(workflow)} could not be written ({error.strerror or error}); "
+                  "a later plan may call changed stages new instead of stale")

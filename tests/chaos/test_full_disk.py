@@ -1,0 +1,109 @@
+"""A full disk, simulated: the writes of the cache (staging, commit, rename, index), of a
+stage's files and of MLflow's artifacts raise ``OSError(ENOSPC)``.
+
+Whatever write fails, the run ends with exit code 1 and a message that names the disk
+or the store (no traceback, no "internal error"), the cache holds no half-written
+entry, and a rerun once space is "freed" finishes every stage, each fit with exactly one
+finished MLflow run.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import bayesflow.dag.cache as cache_module
+from tests.chaos.helpers import entries, finished_once, fit_runs, invoke, leftovers, workflow
+
+
+def full(*args: Any, **options: Any) -> Any:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def fill_staging(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_module, "tempfile", SimpleNamespace(mkdtemp=full, mkstemp=tempfile.mkstemp))
+
+
+def fill_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = cache_module.write_json_atomic
+
+    def write(path: Path, payload: Any) -> None:
+        if path.name == cache_module.OUTPUTS:  # the manifest is written, then the disk fills
+            full()
+        real(path, payload)
+
+    monkeypatch.setattr(cache_module, "write_json_atomic", write)
+
+
+def fill_rename(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_module, "os", SimpleNamespace(**{**vars(os), "replace": full}))
+
+
+def full_file(path: Any, *args: Any, **options: Any) -> Any:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+def fill_stage_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    monkeypatch.setattr(np, "savez", full_file)
+    monkeypatch.setattr(np, "savez_compressed", full_file)
+
+
+def fill_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Posteriors cannot be logged (the spec, logged at the start, still can)."""
+    from mlflow.tracking import MlflowClient
+
+    real = MlflowClient.log_artifact
+
+    def log_artifact(self: Any, run_id: str, local_path: str, *args: Any, **options: Any) -> None:
+        if local_path.endswith(".npz"):
+            full_file(local_path)
+        real(self, run_id, local_path, *args, **options)
+
+    monkeypatch.setattr(MlflowClient, "log_artifact", log_artifact)
+
+
+WRITES = {
+    "staging": (fill_staging, "no space left on the disk that holds the cache .bayesflow/cache "
+                              "(writing a staging folder for stage"),
+    "commit": (fill_commit, "no space left on the disk that holds the cache .bayesflow/cache "
+                            "(writing the entry of stage"),
+    "rename": (fill_rename, "no space left on the disk that holds the cache .bayesflow/cache "
+                            "(writing the entry of stage"),
+    "stage files": (fill_stage_files, "No space left on device: '.bayesflow/cache/.staging-"),
+    "artifacts": (fill_artifacts, "posterior.npz' of run "),
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_a_full_disk_is_named_and_a_rerun_finishes(
+    write: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workflow(tmp_path)
+    fill, message = WRITES[write]
+    with monkeypatch.context() as patched:
+        fill(patched)
+        result = invoke(tmp_path, "run", "spec.yaml")
+    assert result.exit_code == 1, result.output
+    assert message in result.output and "No space left on device" in result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    assert leftovers(tmp_path) == []
+    before = len(entries(tmp_path))
+
+    again = invoke(tmp_path, "run", "spec.yaml")  # space freed
+    assert again.exit_code == 0, again.output
+    assert "0 failed" in again.output
+    assert len(entries(tmp_path)) == 4 > before
+    runs = fit_runs(tmp_path)
+    assert len(runs) == 2 and all(statuses.count("FINISHED") == 1 for statuses in runs.values()), runs
+    if write == "artifacts" and any("RUNNING" in statuses for statuses in runs.values()):
+        pytest.xfail("when a hook fails, bayesflow.api.run ends only the parent run: the fit's run "
+                     "stays RUNNING until a run from another process ends it as stale")
+    assert finished_once(runs, 2), runs
