@@ -35,6 +35,7 @@ PIMA_SMALL = [
     "methods.vi.epochs=2", "methods.sghmc_full_batch.epochs=60", "methods.sghmc_full_batch.burn_in=10",
     "methods.sghmc_batch_32.epochs=2", "methods.sghmc_batch_32.burn_in=5",
     "methods.parallel_sghmc.epochs=10", "methods.parallel_sghmc.chains=20",
+    "methods.parallel_sghmc_10000.epochs=2", "methods.parallel_sghmc_10000.chains=50",
 ]
 WELL_SMALL = [
     "evaluate.ksd.max_samples=100", "methods.deep_ensemble.epochs=50",
@@ -150,7 +151,8 @@ def test_pima_workflow_logs_ksd_and_reference_errors(launched: Any) -> None:
     succeeded(future.result())
     runs = {r.data.params["method"]: r.data.metrics for r in fits(folder, "pima_logistic")}
     assert set(runs) == {
-        "nuts", "map", "laplace", "vi", "sghmc_full_batch", "sghmc_batch_32", "parallel_sghmc"
+        "nuts", "map", "laplace", "vi", "sghmc_full_batch", "sghmc_batch_32", "parallel_sghmc",
+        "parallel_sghmc_10000",
     }
     for method, metrics in runs.items():
         if method != "map":  # the T → 0 fit has no tempered target
