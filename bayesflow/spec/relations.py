@@ -70,11 +70,11 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
 
 
 def _block_problems(
-    name: str, engine: str, traits: Any, data: dict[str, Any]
+    name: str, engine: Any, traits: Any, data: dict[str, Any]
 ) -> list[tuple[tuple[str, ...], str]]:
     """A method valid for some models or priors only (its traits' ``models``, ``priors``:
     a closed form) refuses the others."""
-    problems = []
+    problems: list[tuple[tuple[str, ...], str]] = []
     for block, allowed in (("model", traits.models), ("prior", traits.priors)):
         given = data.get(block)
         chosen = given.get("name") if isinstance(given, dict) else None
@@ -95,7 +95,7 @@ def _held_out_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
     dataset = data.get("data") if isinstance(data, dict) else None
     if not isinstance(dataset, dict) or dataset.get("test_fraction") != 0:
         return []
-    problems = []
+    problems: list[tuple[tuple[str, ...], str]] = []
     plots = data.get("plots")
     why = "data.test_fraction is 0, so no rows are held out and there are no predictive metrics"
     fix = "hold out rows (e.g. data.test_fraction=0.25)"

@@ -54,3 +54,23 @@ def test_module_imports_without_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model={name: mlp}", "conjugate_linear is exact only for model linear, but `model.name` is 'mlp'"),
+        ("prior={name: laplace}", "exact only for prior diag_normal or he_normal or none"),
+        ("likelihood={name: bernoulli}", "conjugate_linear does not apply to classification"),
+    ],
+)
+def test_the_spec_refuses_pairings_without_a_closed_form(override: str, message: str) -> None:
+    """At validate, the linear_regression workflow with another model, a non-Gaussian prior
+    or another likelihood is a located error on the method's engine key."""
+    from bayesflow.errors import SpecError
+    from bayesflow.spec import load_spec
+
+    with pytest.raises(SpecError) as caught:
+        load_spec("linear_regression", [override])
+    found = [problem for problem in caught.value.problems if "methods.exact.engine" in problem]
+    assert found and message in found[0], caught.value.problems
