@@ -1,0 +1,96 @@
+"""Processes that die or run side by side: SIGKILL at random points then a rerun, two runs
+in one folder with different cache folders, several processes creating one MLflow store.
+
+Every cell is finished exactly once (in the cache and as one finished MLflow run), no
+run is left RUNNING, and both of two concurrent runs succeed. Each test starts several
+`bayesflow` processes (seconds each): marked slow.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.helpers import SPEC, entries, finished_once, fit_runs, leftovers, workflow
+
+pytestmark = pytest.mark.slow
+
+BAYESFLOW = [sys.executable, "-m", "bayesflow.cli"]
+ENVIRONMENT = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(Path(__file__).parents[2])}
+# Four seeds: four fits and four evaluations, so that kills land between stages too.
+FOUR_SEEDS = SPEC.replace("seeds: [0, 1]", "seeds: [0, 1, 2, 3]").replace("epochs: 2", "epochs: 30")
+
+
+def start(folder: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*BAYESFLOW, "run", "spec.yaml", *args], cwd=folder, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENVIRONMENT)
+
+
+def summary(stdout: str) -> tuple[int, int]:
+    """(ran, cached) from the run's summary line."""
+    found = re.search(r"stages: (\d+) ran, (\d+) cached, 0 failed, 0 skipped", stdout)
+    assert found, stdout
+    return int(found.group(1)), int(found.group(2))
+
+
+def test_sigkill_at_random_points_then_a_rerun_finishes_every_cell_once(tmp_path: Path) -> None:
+    workflow(tmp_path, FOUR_SEEDS, store=False)  # the first kill may land while the store is made
+    delays = random.Random(15).sample([x / 2 for x in range(2, 11)], 3)  # 1 to 5 s after start
+    for delay in sorted(delays):
+        process = start(tmp_path)
+        time.sleep(delay)
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+    done_before = len(entries(tmp_path))
+    assert done_before < 8, "the kills came too late to test anything"
+    process = start(tmp_path)
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stdout + stderr
+    ran, cached = summary(stdout)
+    assert (ran, cached) == (8 - done_before, done_before)  # nothing finished was computed again
+    assert len(entries(tmp_path)) == 8 and leftovers(tmp_path) == []
+    assert finished_once(fit_runs(tmp_path), 4), fit_runs(tmp_path)
+
+
+def test_two_runs_with_their_own_cache_folders_share_the_store(tmp_path: Path) -> None:
+    """Started together in one folder, without a store yet: both make it, both finish."""
+    workflow(tmp_path, store=False)
+    processes = [start(tmp_path, f"execution.cache_dir=cache-{index}") for index in range(2)]
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (stdout, stderr) in zip(processes, outputs):
+        assert process.returncode == 0, stdout + stderr
+        assert summary(stdout) == (4, 0)
+    runs = fit_runs(tmp_path)
+    assert len(runs) == 2 and all(statuses == ["FINISHED", "FINISHED"] for statuses in runs.values()), runs
+
+
+# Makes the store of argv[1] (a SQLite URI) at the time argv[2] and logs one run.
+CREATOR = """
+import sys, time
+from bayesflow.tracking.mlflow_tracker import MlflowTracker
+tracker = MlflowTracker(sys.argv[1])
+while time.time() < float(sys.argv[2]):
+    time.sleep(0.001)
+tracker.end_run(tracker.start_run("race", "r", params={}, tags={}), "FINISHED")
+print("ok")
+"""
+
+
+def test_processes_creating_one_store_at_once_all_succeed(tmp_path: Path) -> None:
+    """Without the store's lock, 6 of 9 such processes failed in Alembic's migrations."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    at = str(time.time() + 8)  # after every process has imported mlflow
+    processes = [subprocess.Popen([sys.executable, "-c", CREATOR, uri, at], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=ENVIRONMENT) for _ in range(3)]
+    for process in processes:
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0 and stdout == "ok\n", stderr[-2000:]
+    assert (tmp_path / "mlflow.db.lock").is_file()
