@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from pydantic import Field
 
 from bayesflow.errors import StageError
-from bayesflow.methods.base import Method, MethodBase, Traits
+from bayesflow.methods.base import PREDICTION_DESCRIPTION, Method, MethodBase, Prediction, Traits
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -51,6 +51,8 @@ class ConjugateLinearSpec(MethodBase):
     """The exact tempered posterior of linear regression with a Gaussian prior (closed form)."""
 
     engine: Literal["conjugate_linear"] = Field(description="Registry name of the engine.")
+    # For a model linear in θ the two predictives are the same distribution.
+    prediction: Prediction = Field("sampled", description=PREDICTION_DESCRIPTION)
 
 
 def build(problem: Problem, tempering: Tempering, config: ConjugateLinearSpec) -> Engine:
@@ -59,7 +61,7 @@ def build(problem: Problem, tempering: Tempering, config: ConjugateLinearSpec) -
     Args:
         problem: a linear model with a gaussian likelihood (the spec checks enforce it).
         tempering: T scales the covariance; the convention sets the prior weight c.
-        config: the method's spec (no settings of its own).
+        config: the method's spec (``prediction`` is read by the evaluate stage).
 
     Raises:
         StageError: when the model has more parameters than a dense covariance allows.

@@ -128,7 +128,7 @@ def test_mean_field_vi_finds_the_mean_field_optimum(finished: Any, temperature: 
     """VI's mean is the exact mean and its variances are T / diag(precision), the best a
     diagonal Gaussian can do (Bishop, 2006, Section 10.1.2), not the exact marginals."""
     _, posterior = finished[1][("vi", temperature)]
-    true_mean, cov = exact(temperature)
+    _, cov = exact(temperature)
     optimum = 1 / np.linalg.inv(cov).diagonal()
     mean_error, _ = errors(posterior, temperature)
     assert mean_error < 0.15

@@ -11,6 +11,7 @@ from torch.func import vmap
 from bayesflow.engines.base import Posterior, Problem, linearized_outputs
 from bayesflow.likelihoods import categorical
 from bayesflow.methods import METHODS
+from bayesflow.methods.conjugate import ConjugateLinearSpec
 from bayesflow.methods.ekf import EKFBase
 from bayesflow.methods.laplace import LaplaceBase
 from bayesflow.methods.vi import VIBase
@@ -19,7 +20,7 @@ from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
 from tests.engines.helpers import Regression, exact
 
-GAUSSIAN_SPECS = (LaplaceBase, VIBase, EKFBase)
+GAUSSIAN_SPECS = (LaplaceBase, VIBase, EKFBase, ConjugateLinearSpec)
 GAUSSIAN_ENGINES = [method.name for method in METHODS if method.traits.posterior == "gaussian"]
 
 
