@@ -62,9 +62,7 @@ def leftovers(folder: Path) -> list[str]:
         return []
     found = []
     for path in root.iterdir():
-        if path.name.startswith((".staging-", ".trash-")):
-            found.append(path.name)
-        elif path.is_dir() and path.name != "index" and not (path / "outputs.json").is_file():
+        if path.name.startswith((".staging-", ".trash-")) or path.is_dir() and path.name != "index" and not (path / "outputs.json").is_file():
             found.append(path.name)
     return found
 

@@ -17,7 +17,12 @@ import pytest
 import torch
 
 import bayesflow
-from bayesflow.engines.memory import MEMORY_VARIABLE, SAFETY_FRACTION, available_bytes, memory_budget
+from bayesflow.engines.memory import (
+    MEMORY_VARIABLE,
+    SAFETY_FRACTION,
+    available_bytes,
+    memory_budget,
+)
 
 PACKAGE = Path(bayesflow.__file__).parent
 # Functions that make a new tensor and take a generator: they need device= as well.

@@ -70,13 +70,11 @@ def fill_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(MlflowClient, "log_artifact", log_artifact)
 
 
+DISK = "no space left on the disk that holds the cache .bayesflow/cache"
 WRITES = {
-    "staging": (fill_staging, "no space left on the disk that holds the cache .bayesflow/cache "
-                              "(writing a staging folder for stage"),
-    "commit": (fill_commit, "no space left on the disk that holds the cache .bayesflow/cache "
-                            "(writing the entry of stage"),
-    "rename": (fill_rename, "no space left on the disk that holds the cache .bayesflow/cache "
-                            "(writing the entry of stage"),
+    "staging": (fill_staging, f"{DISK} (writing a staging folder for stage"),
+    "commit": (fill_commit, f"{DISK} (writing the entry of stage"),
+    "rename": (fill_rename, f"{DISK} (writing the entry of stage"),
     "stage files": (fill_stage_files, "No space left on device: '.bayesflow/cache/.staging-"),
     "artifacts": (fill_artifacts, "posterior.npz' of run "),
 }

@@ -28,6 +28,11 @@ BAD_DATA = {
 }
 
 
+def last_error(output: str) -> str:
+    """What a command printed from its ``error:`` on."""
+    return output[output.index("error:"):]
+
+
 @pytest.mark.parametrize("case", sorted(BAD_DATA))
 def test_validate_refuses_what_run_refuses_with_the_same_message(case: str, tmp_path: Path) -> None:
     rows, message = BAD_DATA[case]
@@ -37,8 +42,7 @@ def test_validate_refuses_what_run_refuses_with_the_same_message(case: str, tmp_
     assert message in validated.output and "Traceback" not in validated.output
     run = invoke(tmp_path, "run", "spec.yaml")
     assert run.exit_code == 3
-    error = lambda output: output[output.index("error:"):]  # noqa: E731 - what both print last
-    assert error(validated.output) == error(run.output)
+    assert last_error(validated.output) == last_error(run.output)
     assert entries(tmp_path) == [] and not (tmp_path / "mlflow.db").exists()  # nothing computed or tracked
 
 

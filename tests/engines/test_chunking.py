@@ -64,6 +64,18 @@ def _case(shape: str) -> tuple[Problem, torch.Tensor, torch.Tensor]:
     return problem, params, inputs
 
 
+def counting(
+    forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], calls: list[int]
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``forward`` that appends the rows of each call to ``calls``."""
+
+    def counted(params: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        calls.append(rows.shape[0])
+        return forward(params, rows)
+
+    return counted
+
+
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_linearized_prediction_in_many_chunks_equals_one_chunk(
     shape: str, monkeypatch: pytest.MonkeyPatch
@@ -80,13 +92,7 @@ def test_linearized_prediction_in_many_chunks_equals_one_chunk(
     for limit in (UNLIMITED, small):
         monkeypatch.setenv(MEMORY_VARIABLE, limit)
         calls: list[int] = []
-        original = problem.forward
-
-        def counting(params: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-            calls.append(rows.shape[0])
-            return original(params, rows)
-
-        counted = Problem(**{**problem.__dict__, "forward": counting})
+        counted = Problem(**{**problem.__dict__, "forward": counting(problem.forward, calls)})
         results[limit] = linearized_outputs(counted, posterior, inputs, 20, torch.Generator().manual_seed(3))
         chunks[limit] = len(calls)
     assert results[UNLIMITED].shape == (20, inputs.shape[0], results[UNLIMITED].shape[-1])
