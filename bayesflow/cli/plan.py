@@ -33,13 +33,12 @@ def validate(
 ) -> None:
     """Check a spec and its data: exit 0 when valid, 3 with every problem located."""
     loaded = load(spec, overrides)
-    dataset = checked_data(loaded)
+    checked_data(loaded)
     if resolved:
         sys.stdout.write(loaded.to_yaml())
     else:
         output.print(f"{spec}: valid ({len(loaded.spec.methods)} methods, "
-                     f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds; "
-                     f"data checked: {len(dataset.y_train)} training and {len(dataset.y_test)} test rows)",
+                     f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds)",
                      markup=False, highlight=False)
         for line in user_code(loaded.spec):
             output.print(f"  runs your code: {line}", markup=False, highlight=False)
