@@ -207,7 +207,13 @@ def chain_log_prior(problem: Problem) -> Callable[[Tensor], Tensor]:
     """``log_prior(params (K, d)) -> (K,)``."""
     from bayesflow.priors import BoundPrior
 
-    if isinstance(getattr(problem.log_prior, "__self__", None), BoundPrior):
+    prior = getattr(problem.log_prior, "__self__", None)
+    if isinstance(prior, BoundPrior) and prior.family == "normal":
+        # −½ Σ θ² / v + c as one matrix-vector product: three kernels instead of four.
+        half_precision = -0.5 * prior.precision
+        constant = prior.constant
+        return lambda params: torch.mv(params.square(), half_precision.to(params)) + constant
+    if isinstance(prior, BoundPrior):
         return problem.log_prior
     batched = vmap(problem.log_prior)
 

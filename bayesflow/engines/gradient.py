@@ -111,7 +111,10 @@ def chain_values(problem: Problem, prior_weight: float | Tensor) -> Callable[...
 
     def values(params: Tensor, inputs: Tensor, targets: Tensor, shared: bool) -> Tensor:
         outputs = forward(params, inputs, shared)
-        return log_likelihood(outputs, targets, shared) + scale * log_prior(params)
+        log_lik = log_likelihood(outputs, targets, shared)
+        if isinstance(scale, Tensor):
+            return log_lik + scale * log_prior(params)
+        return torch.add(log_lik, log_prior(params), alpha=scale)
 
     return values
 
