@@ -247,10 +247,14 @@ PATH_KEYS = (("data", "path"),)
 def _anchor_override_paths(config: Any, locations: dict[tuple[str, ...], Location]) -> None:
     """Make relative paths that came from an override absolute (from the working directory)."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     for key in PATH_KEYS:
         where = locations.get(key)
-        value = OmegaConf.select(config, ".".join(key), default=None)
+        try:
+            value = OmegaConf.select(config, ".".join(key), default=None)
+        except OmegaConfBaseException:  # a parent that is no mapping (`data: []`): validation names it
+            continue
         if where is None or where.line is not None or not isinstance(value, str):
             continue
         if value and not value.startswith("package:") and not Path(value).is_absolute() and "${" not in value:
