@@ -22,6 +22,7 @@ finished runs (``results``, ``histories``, ``posteriors``, ...) live in
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -295,7 +296,10 @@ def run(
         _end_own_runs(tracker, experiment, "KILLED")
         raise
     except BaseException:
-        tracker.end_run(parent_id, "FAILED")
+        # Every run this process opened (the parent, a fit whose logging failed half-way)
+        # ends FAILED; when the store itself is what failed, the next run ends them as stale.
+        with contextlib.suppress(Exception):  # the error being raised matters more
+            _end_own_runs(tracker, experiment, "FAILED")
         raise
     _fill_report_folder(the_plan, outcome, report_dir)
     tracking.publish_stages()
@@ -339,7 +343,8 @@ def _end_own_runs(tracker: Any, experiment: str, status: str) -> None:
 
     for record in tracker.search_runs(experiment, status="RUNNING"):
         if record.tags.get("bayesflow.pid") == str(os.getpid()):
-            tracker.set_tags(record.run_id, {"bayesflow.error": "interrupted"})
+            if status == "KILLED":
+                tracker.set_tags(record.run_id, {"bayesflow.error": "interrupted"})
             tracker.end_run(record.run_id, status)
 
 
