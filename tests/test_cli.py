@@ -51,7 +51,7 @@ def test_validate_a_valid_spec(workdir: Path) -> None:
     """A valid spec exits 0 with a one-line summary."""
     result = invoke("validate", "spec.yaml")
     assert result.exit_code == 0
-    assert result.output == "spec.yaml: valid (3 methods, 2 temperatures, 1 seeds)\n"
+    assert result.output == "spec.yaml: valid (3 methods, 2 temperatures, 1 seed)\n"
 
 
 def test_invalid_spec_exits_3_with_the_message_and_no_traceback(workdir: Path) -> None:

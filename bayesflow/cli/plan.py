@@ -37,9 +37,13 @@ def validate(
     if resolved:
         sys.stdout.write(loaded.to_yaml())
     else:
-        output.print(f"{spec}: valid ({len(loaded.spec.methods)} methods, "
-                     f"{len(loaded.spec.temperatures)} temperatures, {len(loaded.spec.seeds)} seeds)",
-                     markup=False, highlight=False)
+        counts = ", ".join(
+            f"{count} {noun}{'' if count == 1 else 's'}" for count, noun in (
+                (len(loaded.spec.methods), "method"), (len(loaded.spec.temperatures), "temperature"),
+                (len(loaded.spec.seeds), "seed"),
+            )
+        )
+        output.print(f"{spec}: valid ({counts})", markup=False, highlight=False)
         for line in user_code(loaded.spec):
             output.print(f"  runs your code: {line}", markup=False, highlight=False)
 

@@ -13,7 +13,8 @@ docs/metrics.md ("Flags") states each criterion and why it was chosen:
 - ``configurational_temperature_ratio``: the configurational temperature differs from the
   target by more than :data:`CONFIGURATIONAL_TOLERANCE` and by more than
   :data:`SIGNIFICANCE` of its standard errors;
-- ``train_loss`` (fits that minimise their loss: variational inference): the mean loss of
+- ``train_loss`` (fits that minimise their loss: variational inference): fewer than
+  :data:`MIN_EPOCHS` epochs (not judged), or the mean loss of
   the last tenth of the epochs is below that of the tenth before by more than
   :data:`SIGNIFICANCE` standard errors of that difference and by more than
   :data:`LOSS_TOLERANCE` of the loss's total fall, i.e. the optimiser still makes progress.
@@ -133,7 +134,8 @@ def loss_drift(history: Sequence[float]) -> tuple[float, float, float] | None:
 
     ``fall`` is the mean of the tenth of the epochs before the last minus the mean of
     the last tenth (positive when the loss still falls), ``noise`` the standard error of
-    that difference (the two windows' variances over their lengths), ``total`` the fall
+    that difference (the scatter of the two windows' epochs about a straight line
+    through them, over the windows' length), ``total`` the fall
     from the first epoch to the last window. None for fewer than :data:`MIN_EPOCHS`
     epochs or a non-finite loss.
     """
@@ -146,19 +148,34 @@ def loss_drift(history: Sequence[float]) -> tuple[float, float, float] | None:
     def mean(window: list[float]) -> float:
         return sum(window) / len(window)
 
-    def variance(window: list[float]) -> float:
-        centre = mean(window)
-        return sum((value - centre) ** 2 for value in window) / (len(window) - 1)
-
     fall = mean(before) - mean(last)
-    noise = math.sqrt(variance(before) / width + variance(last) / width)
+    noise = math.sqrt(2.0 * _residual_variance(before + last) / width)
     return fall, noise, values[0] - mean(last)
 
 
+def _residual_variance(values: list[float]) -> float:
+    """The variance of ``values`` about their least-squares straight line: the epoch-to-
+    epoch noise without the trend (a loss falling steadily through both windows would
+    otherwise count its own fall as noise and never be flagged)."""
+    count = len(values)
+    steps = range(count)
+    centre_x, centre_y = (count - 1) / 2, sum(values) / count
+    spread = sum((x - centre_x) ** 2 for x in steps)
+    slope = sum((x - centre_x) * (y - centre_y) for x, y in zip(steps, values, strict=True)) / spread
+    residuals = [y - centre_y - slope * (x - centre_x) for x, y in zip(steps, values, strict=True)]
+    return sum(r * r for r in residuals) / max(count - 2, 1)
+
+
 def loss_flag(history: Sequence[float]) -> str | None:
-    """The flag of a training loss that still falls at the end of the fit, else None."""
+    """The flag of a training loss that still falls at the end of the fit, or of one too
+    short to tell (fewer than :data:`MIN_EPOCHS` epochs), else None."""
     drift = loss_drift(history)
     if drift is None:
+        if 0 < len(history) < MIN_EPOCHS:  # too short to judge: say so rather than pass it
+            return (
+                f"train_loss has {len(history)} epochs, fewer than the {MIN_EPOCHS} its "
+                "convergence check needs: not judged; raise epochs to check it"
+            )
         return None
     fall, noise, total = drift
     if fall <= SIGNIFICANCE * noise or fall <= LOSS_TOLERANCE * abs(total):

@@ -50,7 +50,7 @@ def test_validate_passes_good_data(tmp_path: Path) -> None:
     write_table(tmp_path, good_rows())
     result = invoke(tmp_path, "validate", "spec.yaml")
     assert result.exit_code == 0, result.output
-    assert result.output == "spec.yaml: valid (1 methods, 1 temperatures, 1 seeds)\n"
+    assert result.output == "spec.yaml: valid (1 method, 1 temperature, 1 seed)\n"
 
 
 def test_a_constant_column_is_a_warning_at_validate_too(tmp_path: Path) -> None:

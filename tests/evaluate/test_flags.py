@@ -125,10 +125,32 @@ def test_a_falling_loss_under_large_noise_or_a_tiny_fall_is_not_flagged() -> Non
     assert loss_flag(noisy_loss(slow, noise=1e-5)) is None
 
 
-def test_short_histories_are_not_judged() -> None:
-    """Fewer than 20 epochs leave windows too short: no flag."""
+# The per-epoch training loss of IMDB's VI (CNN-LSTM from the MAP, AdamW 1e-3, T = 1)
+# over 20 epochs: still falling steadily at the end.
+IMDB_VI_LOSS = [
+    408.76, 367.69, 330.76, 297.58, 267.75, 240.94, 216.77, 195.12, 175.56, 158.00,
+    142.17, 127.95, 115.06, 103.49, 93.06, 83.61, 75.09, 67.38, 60.39, 54.08,
+]
+
+
+def test_a_steady_fall_is_not_mistaken_for_noise() -> None:
+    """A loss falling steadily through both windows is flagged: its trend is not noise
+    (the windows' plain variances would call this 2.8 standard errors and pass it)."""
+    fall, noise, total = loss_drift(IMDB_VI_LOSS)
+    assert fall > 10 * noise
+    assert loss_flag(IMDB_VI_LOSS) is not None
+    straight = list(np.linspace(3.0, 1.0, 40))
+    assert loss_flag(straight) is not None
+    assert loss_flag(list(np.full(40, 1.0))) is None
+
+
+def test_short_histories_are_flagged_as_not_judged() -> None:
+    """Fewer than 20 epochs leave windows too short to judge: the flag says so."""
     assert loss_drift(list(np.linspace(3, 1, 19))) is None
-    assert loss_flag(list(np.linspace(3, 1, 19))) is None
+    message = loss_flag(list(np.linspace(3, 1, 19)))
+    assert message is not None and "19 epochs" in message and "not judged" in message
+    assert loss_flag([]) is None
+    assert loss_flag(list(np.full(20, 1.0))) is None
 
 
 def test_only_fits_that_minimise_their_loss_get_a_loss_flag() -> None:
