@@ -77,23 +77,38 @@ def _ui_command(uri: str) -> str:
     return "bayesflow ui" if uri == default else f"bayesflow ui --tracking-uri {uri}"
 
 
+# The metrics the end-of-run table shows, those the run has, at most four.
+SUMMARY_METRICS = ("test_nll", "test_accuracy", "test_rmse", "test_coverage_90", "test_ece", "test_brier", "ksd")
+
+
 def _summary(result: Any) -> None:
     try:  # from the stages' outputs: the store is not read back
         frame = result.results()
     except (BayesflowError, ValueError):
         frame = None
     if frame is not None and len(frame):
-        metrics = [m for m in ("test_nll", "test_accuracy", "test_ece", "test_brier") if m in frame]
+        metrics = [m for m in SUMMARY_METRICS if m in frame][:4]
         by = ["variant"] if "variant" in frame else []
-        grouped = frame.groupby([*by, "method", "temperature"], sort=True)[metrics].mean().reset_index()
+        flag_columns = [c for c in frame.columns if str(c).startswith("flag/")]
+        frame = frame.assign(flagged=frame[flag_columns].fillna("").ne("").any(axis=1) if flag_columns else False)
+        grouped = frame.groupby([*by, "method", "temperature"], sort=True)
+        summary = grouped[metrics].mean().join(grouped["flagged"].sum()).reset_index()
         table = Table(title="results (mean over seeds)")
-        for column in [*by, "method", "T", *metrics]:
+        for column in [*by, "method", "T", *metrics, *(["flagged"] if flag_columns else [])]:
             table.add_column(column, justify="right" if column not in ("method", "variant") else "left")
-        for _, row in grouped.iterrows():
+        for _, row in summary.iterrows():
             temperature = "shared" if row["temperature"] == 0 else f"{row['temperature']:g}"
             values = ["—" if math.isnan(row[m]) else f"{row[m]:.4f}" for m in metrics]
-            table.add_row(*[str(row[c]) for c in by], str(row["method"]), temperature, *values)
+            flagged = [f"⚠ {int(row['flagged'])}" if row["flagged"] else ""] if flag_columns else []
+            table.add_row(*[str(row[c]) for c in by], str(row["method"]), temperature, *values, *flagged)
         print_table(table)
+        if frame["flagged"].any():
+            kinds = sorted({str(c)[len("flag/"):] for c in flag_columns if frame[c].fillna("").ne("").any()})
+            output.print(
+                f"⚠ {int(frame['flagged'].sum())} of {len(frame)} fits flagged ({', '.join(kinds)}): "
+                "the report lists why, and each fit run has its bayesflow.flag.* tags",
+                markup=False, highlight=False,
+            )
     outcome = result.outcome
     statuses = list(outcome.status.values())
     output.print(

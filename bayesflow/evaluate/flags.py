@@ -99,14 +99,18 @@ def kinetic_flag(diagnostics: Mapping[str, float]) -> str | None:
         return None
     side = "hot: the minibatch gradient noise or the step size adds heat" if ratio > upper else (
         "cold: the chain has not yet reached the target's momentum scale")
+    remedy = (
+        "for sghmc set discretisation: matched and gradient_noise: estimated "
+        "(docs/cold-chains.md), or lower lr or raise batch_size" if ratio > upper else
+        "raise burn_in or epochs"
+    )
     inside = diagnostics.get("kinetic_temperature_fraction_inside")
     tensors = (
         f"; {inside:.0%} of (chain, tensor) pairs lie inside their own bands" if inside is not None else ""
     )
     return (
         f"kinetic temperature {ratio:.3g} x the target, outside its 99% band "
-        f"[{lower:.3g}, {upper:.3g}]{tensors}. The chain runs {side}; lower lr, raise "
-        "batch_size or use a preconditioned sampler, and compare the samples with care"
+        f"[{lower:.3g}, {upper:.3g}]{tensors}. The chain runs {side}; {remedy}"
     )
 
 
