@@ -25,7 +25,7 @@ by piece, so every problem gets the same values as ``vmap(problem.log_posterior)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -33,7 +33,17 @@ from torch.func import vmap
 
 from bayesflow.engines.base import Problem
 
-__all__ = ["ELEMENTWISE", "chain_forward", "chain_log_likelihood", "chain_log_prior", "layers_of"]
+if TYPE_CHECKING:
+    from bayesflow.priors import BoundPrior
+
+__all__ = [
+    "ELEMENTWISE",
+    "chain_forward",
+    "chain_log_likelihood",
+    "chain_log_prior",
+    "layers_of",
+    "normal_prior",
+]
 
 # Modules applied to activations of any shape as they are: the flat forward calls them on
 # (K, n, width) tensors.
@@ -201,6 +211,17 @@ def chain_log_likelihood(problem: Problem) -> Callable[[Tensor, Tensor, bool], T
         return flat.view(outputs.shape[:-1])
 
     return log_likelihood
+
+
+def normal_prior(problem: Problem) -> BoundPrior | None:
+    """``problem``'s prior when it is a bound normal prior (whose gradient has a closed
+    form), else None."""
+    from bayesflow.priors import BoundPrior
+
+    prior = getattr(problem.log_prior, "__self__", None)
+    if isinstance(prior, BoundPrior) and prior.family == "normal":
+        return prior
+    return None
 
 
 def chain_log_prior(problem: Problem) -> Callable[[Tensor], Tensor]:

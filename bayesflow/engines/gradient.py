@@ -38,13 +38,16 @@ short fit (a default digits fit of ~3,000 steps at ~2 ms saves less than it comp
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 from torch.func import grad_and_value, vmap
 
 from bayesflow.engines.base import Batch, ChainBatch, Problem
+
+if TYPE_CHECKING:
+    from bayesflow.priors import BoundPrior
 
 __all__ = ["Gradient", "chain_gradient", "chain_values", "value_and_grad"]
 
@@ -88,12 +91,66 @@ def chain_gradient(
     """
     if compile:
         return compiled_chain_gradient(problem, prior_weight)
+    from bayesflow.engines.flat import normal_prior
+
+    prior = normal_prior(problem)
+    if prior is not None:
+        return normal_prior_chain_gradient(problem, prior_weight, prior)
     values = chain_values(problem, prior_weight)
 
     def gradient(params: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         inputs, targets = batch
         shared = not isinstance(batch, ChainBatch)
         return summed_values_and_grad(values, params, inputs, targets, shared)
+
+    return gradient
+
+
+def normal_prior_chain_gradient(
+    problem: Problem, prior_weight: float | Tensor, prior: BoundPrior
+) -> Gradient:
+    """:func:`chain_gradient` under a normal prior of diagonal precision (d,): the
+    reverse pass covers the log likelihood only, and the prior's gradient
+    ``−c·precision·θ / N`` is added in closed form (one ``addcmul_``); its value takes no
+    part in the graph. Saves the prior's six kernels forward and backward (about 8% of a
+    one-chain Pima gradient)."""
+    from bayesflow.engines.flat import chain_forward, chain_log_likelihood
+
+    forward = chain_forward(problem)
+    log_likelihood = chain_log_likelihood(problem)
+    half = -0.5 * prior.precision
+    constant = prior.constant
+    # c/N: one float, or one per chain (K,); ∂(c log p(θ)/N)/∂θ = −c·precision·θ/N.
+    chain_scale: Tensor | None = None
+    scale = 0.0
+    if isinstance(prior_weight, Tensor):
+        chain_scale = prior_weight / problem.num_data
+        slope = (2 * half) * chain_scale.unsqueeze(-1)
+    else:
+        scale = prior_weight / problem.num_data
+        slope = (2 * half) * scale
+    ones: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+
+    def gradient(params: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+        inputs, targets = batch
+        shared = not isinstance(batch, ChainBatch)
+        count = params.shape[0]
+        key = (count, params.dtype, params.device)
+        if key not in ones:  # the reverse pass's seed: d(Σ_k f_k)/d f_k = 1
+            ones[key] = params.new_ones(count)
+        with torch.enable_grad():
+            leaf = params.detach().requires_grad_(True)
+            log_lik = log_likelihood(forward(leaf, inputs, shared), targets, shared)
+            if log_lik.requires_grad:
+                (grads,) = torch.autograd.grad(log_lik, (leaf,), ones[key])
+            else:
+                grads = torch.zeros_like(params)
+        log_prior = torch.mv(params.square(), half.to(params))
+        if chain_scale is not None:
+            value = torch.addcmul(log_lik.detach(), chain_scale, log_prior + constant)
+        else:
+            value = torch.add(log_lik.detach(), log_prior + constant, alpha=scale)
+        return grads.addcmul_(params, slope.to(params)), value
 
     return gradient
 

@@ -98,8 +98,13 @@ def gaussian(
     shape: tuple[int, ...], scale: float, like: Tensor, generator: torch.Generator
 ) -> Tensor:
     """``scale · N(0, I)`` of ``shape`` drawn from ``generator``, on ``like``'s device."""
+    return scale * standard_normal(shape, like, generator)
+
+
+def standard_normal(shape: tuple[int, ...], like: Tensor, generator: torch.Generator) -> Tensor:
+    """N(0, I) of ``shape`` and ``like``'s dtype drawn from ``generator``, on ``like``'s device."""
     noise = torch.randn(shape, generator=generator, dtype=like.dtype, device=generator.device)
-    return scale * noise.to(like.device)
+    return noise.to(like.device)
 
 
 def chain_starts(
@@ -203,6 +208,19 @@ class Chains:
         if variance <= 0:
             return 0.0
         return gaussian(tuple(like.shape), math.sqrt(variance), like, generator)
+
+    def add_noise(
+        self, target: Tensor, variance: float | Tensor, exploring: bool, generator: torch.Generator
+    ) -> None:
+        """Add :meth:`noise` to ``target`` in place (the same draw, scaled inside the add)."""
+        if exploring or not self.hot:
+            return
+        if isinstance(variance, Tensor):
+            draw = standard_normal(tuple(target.shape), target, generator)
+            target.addcmul_(draw, variance.clamp(min=0).sqrt())
+        elif variance > 0:
+            draw = standard_normal(tuple(target.shape), target, generator)
+            target.add_(draw, alpha=math.sqrt(variance))
 
     def aux(self, log_posterior: Tensor) -> dict[str, Tensor]:
         """The aux of one step (:func:`step_aux`), plus ``chain_loss`` (K,) per chain when

@@ -176,18 +176,21 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGHMC
             if spread is not None:
                 decay = config.noise_decay
                 noise = spread if noise is None else decay * noise + (1 - decay) * spread
-        params = state.params + step_size * state.momenta
+        # New tensors every step (a state is never changed once returned), each made by
+        # one kernel and then updated in place: five kernels for the plain update, as a
+        # hand-written loop has (benchmarks/floor.py).
+        params = torch.add(state.params, state.momenta, alpha=step_size)
         if plain:
             variance: float | Tensor = (
                 step_size * (2 * friction - step_size * beta) * chains.per_datum
             )
-            momenta = state.momenta + step_size * grads - step_size * friction * state.momenta
+            momenta = state.momenta.mul(1 - step_size * friction).add_(grads, alpha=step_size)
         else:
             kick, damping, variance = corrected_step(
                 step_size, friction, beta, matched, chains.per_datum, noise, batch
             )
             momenta = state.momenta + kick * grads - damping * state.momenta
-        momenta = momenta + chains.noise(variance, exploring, momenta, state.generator)
+        chains.add_noise(momenta, variance, exploring, state.generator)
         count = state.step + 1
         chains.collect(state.samples, params, count, exploring)
         return SGHMCState(params, momenta, state.generator, count, state.samples, noise), values

@@ -1,0 +1,98 @@
+"""The per-step fast paths: the normal prior's closed-form gradient and SGHMC's update.
+
+The chains' gradient under a normal prior leaves the prior out of the reverse pass and
+adds its gradient in closed form; here with a per-parameter precision (``he_normal``),
+one and several chains, shared and per-chain prior weights, against
+``vmap(grad_and_value(problem.log_posterior))`` in float64. SGHMC's plain update builds
+new tensors with in-place kernels: one step is checked against the formula with the
+same noise draw, and the state it started from must be left as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+from torch.func import grad_and_value, vmap
+
+from bayesflow.engines.base import ChainBatch
+from bayesflow.engines.flat import normal_prior
+from bayesflow.engines.gradient import chain_gradient
+from bayesflow.likelihoods import categorical
+from bayesflow.methods import METHODS
+from bayesflow.models import mlp
+from bayesflow.priors import he_normal, laplace
+from bayesflow.problem import build_problem
+from bayesflow.temperature import Tempering
+
+NUM_DATA = 40
+
+
+def mlp_problem(prior: Any) -> Any:
+    """A float64 MLP classifier of 3 inputs and 4 classes."""
+    torch.manual_seed(0)
+    return build_problem(mlp(3, 4, hidden=[5]).double(), categorical(), prior, NUM_DATA)
+
+
+@pytest.mark.parametrize("weights", ["shared", "per_chain"])
+@pytest.mark.parametrize("chains", [1, 3])
+@pytest.mark.parametrize("own", [False, True])
+def test_closed_form_prior_gradient_equals_autograd(weights: str, chains: int, own: bool) -> None:
+    """Per-parameter precision: the same gradients and values as vmap(grad), float64."""
+    problem = mlp_problem(he_normal())
+    prior = normal_prior(problem)
+    assert prior is not None and prior.precision.unique().numel() > 1  # not isotropic
+    generator = torch.Generator().manual_seed(1)
+    params = torch.stack([problem.init_params(generator) for _ in range(chains)])
+    inputs = torch.randn(chains, 6, 3, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 4, (chains, 6), generator=generator)
+    batch: Any = ChainBatch(inputs, targets) if own else (inputs[0], targets[0])
+    weight: Any = 0.6 if weights == "shared" else torch.linspace(0.3, 1.2, chains).double()
+
+    grads, values = chain_gradient(problem, weight)(params, batch)
+
+    def f(theta: Tensor, x: Tensor, y: Tensor, c: Any) -> Tensor:
+        return problem.log_posterior(theta, (x, y), prior_weight=c)
+
+    dims = (0, 0 if own else None, 0 if own else None, 0 if weights == "per_chain" else None)
+    reference = vmap(grad_and_value(f), in_dims=dims)(params, batch[0], batch[1], weight)
+    torch.testing.assert_close(grads, reference[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(values, reference[1], rtol=1e-10, atol=1e-12)
+
+
+def test_only_a_normal_prior_takes_the_closed_form() -> None:
+    """A Laplace prior has no closed-form path (it stays in the reverse pass)."""
+    assert normal_prior(mlp_problem(laplace(1.0))) is None
+    assert normal_prior(mlp_problem(he_normal())) is not None
+
+
+def test_sghmc_step_is_the_formula_and_leaves_the_old_state() -> None:
+    """One plain SGHMC step: θ + εm and (1 − εα)m + ε∇f + √(2εα𝒯)·z, z the generator's
+    next draw; the state it started from keeps its tensors' values."""
+    problem = mlp_problem(he_normal())
+    lr, alpha, temperature = 0.05, 0.7, 2.0
+    spec = METHODS.get("sghmc").spec.model_validate(
+        {"engine": "sghmc", "lr": lr, "alpha": alpha, "batch_size": None, "chains": 2}
+    )
+    tempering = Tempering(temperature, NUM_DATA)
+    engine = METHODS.get("sghmc").builder()(problem, tempering, spec)
+    generator = torch.Generator().manual_seed(3)
+    state = engine.init(problem.init_params(generator), generator)
+    inputs = torch.randn(NUM_DATA, 3, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 4, (NUM_DATA,), generator=generator)
+    before = (state.params.clone(), state.momenta.clone())
+    copy = torch.Generator().set_state(generator.get_state())
+    draw = torch.randn(state.momenta.shape, generator=copy, dtype=torch.float64)
+
+    new, aux = engine.update(state, (inputs, targets))
+
+    grads, values = chain_gradient(problem, tempering.prior_weight)(before[0], (inputs, targets))
+    per_datum = temperature / NUM_DATA
+    momenta = (1 - lr * alpha) * before[1] + lr * grads + math.sqrt(2 * lr * alpha * per_datum) * draw
+    torch.testing.assert_close(new.params, before[0] + lr * before[1], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(new.momenta, momenta, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(aux["log_posterior"], values.mean())
+    assert torch.equal(state.params, before[0]) and torch.equal(state.momenta, before[1])
