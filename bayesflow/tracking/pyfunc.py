@@ -14,9 +14,12 @@ only when they log or load a model).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -119,10 +122,11 @@ def log_posterior_model(
     The model is saved with ``mlflow.pyfunc.save_model`` and copied into the run's
     artifacts, not logged with ``mlflow.pyfunc.log_model``: in MLflow 3.17 ``log_model``
     also creates a LoggedModel entity, copies every metric history of the run onto it and
-    commits about 20 SQLite transactions. Measured on the fits of the tests' tiny workflow
-    (SQLite store, 2-core machine shared with other jobs): ``log_model`` 0.15-0.37 s
-    median per fit, this 0.04-0.12 s (the first call of a process also imports
-    ``mlflow.pyfunc`` and, without sizes in ``cell``, loads the data once: 0.3-0.9 s).
+    commits about 20 SQLite transactions (0.15-0.37 s per fit on the tests' tiny workflow,
+    2-core machine; ``save_model`` 0.04-0.12 s). ``save_model`` runs once per signature
+    in a process; later fits copy that folder and write their own artifacts and MLmodel
+    fields (:func:`_from_template`), a few milliseconds. The first call of a process also
+    imports ``mlflow.pyfunc`` and, without sizes in ``cell``, loads the data once.
     ``mlflow.pyfunc.load_model("runs:/<run id>/model")`` loads either.
 
     Args:
@@ -173,21 +177,70 @@ def _save_and_log(
     (files / CELL_FILE).write_text(json.dumps(cell, indent=1))
     (files / "model_code.py").write_text(MODEL_CODE)
     example, signature = _signature(spec, cell)
-    with _quiet("mlflow.pyfunc"):  # one INFO line per fit: "Validating input example"
-        mlflow.pyfunc.save_model(
-            files / MODEL_PATH,
-            python_model=str(files / "model_code.py"),
-            artifacts={
-                "posterior": str(posterior_npz),
-                "spec": str(files / SPEC_FILE),
-                "cell": str(files / CELL_FILE),
-            },
-            signature=signature,
-            # An array: a frame example makes MLflow 3.17 warn under pandas 3 (Pandas4Warning).
-            input_example=example.to_numpy(),
-            pip_requirements=_requirements(),
-        )
+    sources = {"posterior": Path(posterior_npz), "spec": files / SPEC_FILE, "cell": files / CELL_FILE}
+    key = json.dumps(
+        [signature.to_dict(), str(example.dtypes.iloc[0]), example.shape[1],
+         {name: path.name for name, path in sources.items()}],
+        sort_keys=True,
+    )
+    template = _TEMPLATES.get(key)
+    if template is None:
+        with _quiet("mlflow.pyfunc"):  # one INFO line per fit: "Validating input example"
+            mlflow.pyfunc.save_model(
+                files / MODEL_PATH,
+                python_model=str(files / "model_code.py"),
+                artifacts={name: str(path) for name, path in sources.items()},
+                signature=signature,
+                # An array: a frame example makes MLflow 3.17 warn under pandas 3 (Pandas4Warning).
+                input_example=example.to_numpy(),
+                pip_requirements=list(_requirements()),
+            )
+        _keep_template(key, files / MODEL_PATH)
+    else:
+        _from_template(template, files / MODEL_PATH, sources, files / "model_code.py")
     mlflow.MlflowClient(tracking_uri).log_artifacts(run_id, str(files / MODEL_PATH), MODEL_PATH)
+
+
+# Saved models by signature, artifact names and requirements: ``mlflow.pyfunc.save_model``
+# validates the input example by loading the model and predicting (most of its 40-120 ms
+# per fit); every later fit of the process with the same signature copies the saved
+# folder and changes only what differs (the three artifacts and the MLmodel's uuid, time,
+# sources and size). The folders live until the process ends.
+_TEMPLATES: dict[str, Path] = {}
+_TEMPLATE_ROOT: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _keep_template(key: str, model: Path) -> None:
+    """Keep a copy of a freshly saved ``model`` folder as the template of ``key``."""
+    if not _TEMPLATE_ROOT:
+        _TEMPLATE_ROOT.append(tempfile.TemporaryDirectory(prefix="bayesflow-pyfunc-"))
+    target = Path(tempfile.mkdtemp(dir=_TEMPLATE_ROOT[0].name)) / MODEL_PATH
+    shutil.copytree(model, target)
+    _TEMPLATES[key] = target
+
+
+def _from_template(template: Path, model: Path, sources: dict[str, Path], code: Path) -> None:
+    """Write the model of one fit as files: the template's folder with this fit's
+    artifacts, and its MLmodel with a new uuid and creation time, this fit's source paths
+    and its size (what ``save_model`` would have written for the same signature)."""
+    from datetime import datetime, timezone
+
+    from mlflow.models import Model
+
+    shutil.copytree(template, model)
+    description = Model.load(str(model / "MLmodel"))
+    flavor = description.flavors["python_function"]
+    for name, source in sources.items():
+        entry = flavor["artifacts"][name]
+        shutil.copyfile(source, model / entry["path"])
+        entry["uri"] = str(source)
+    flavor["model_code_path"] = str(code)
+    description.model_uuid = uuid.uuid4().hex
+    description.utc_time_created = str(datetime.now(timezone.utc).replace(tzinfo=None))
+    description.model_size_bytes = sum(
+        path.stat().st_size for path in model.rglob("*") if path.is_file() and path.name != "MLmodel"
+    )
+    description.save(str(model / "MLmodel"))
 
 
 def _signature(spec: WorkflowSpec, cell: dict[str, Any]) -> tuple[pd.DataFrame, Any]:
@@ -222,15 +275,16 @@ def _signature(spec: WorkflowSpec, cell: dict[str, Any]) -> tuple[pd.DataFrame, 
     return example, ModelSignature(inputs=inputs, outputs=inferred.outputs, params=inferred.params)
 
 
-def _requirements() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _requirements() -> tuple[str, ...]:
     """This environment's bayesflow, torch and mlflow, pinned: the model is loaded where it
     was logged (bayesflow is imported, not copied into the model)."""
     from importlib import metadata
 
-    return [
+    return tuple(
         f"{name}=={metadata.version(name)}"
         for name in ("bayesflow-workflows", "torch", "mlflow", "numpy", "pandas")
-    ]
+    )
 
 
 @contextmanager
