@@ -95,6 +95,10 @@ class MlflowTracker:
             from mlflow.tracking import MlflowClient
 
             with self._translate("connecting"), store_lock(self.uri):  # one creator at a time
+                if self.uri.startswith(SQLITE_PREFIX):  # a new store: copied, not migrated
+                    from bayesflow.tracking.sqlite_seed import seed_store
+
+                    seed_store(Path(self.uri[len(SQLITE_PREFIX) :].split("?", 1)[0]))
                 self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 
