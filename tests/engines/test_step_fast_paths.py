@@ -131,3 +131,34 @@ def test_mean_field_gradient_equals_autograd(
     reference_grads = torch.autograd.grad(reference, leaves)
     torch.testing.assert_close(loss, reference.detach(), rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(grads, torch.stack(reference_grads), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("chains", [1, 3])
+def test_regression_layer_against_inputs_with_ones(chains: int) -> None:
+    """A first layer of one output reads [w, b] against [x, 1] (whole vector or a slice
+    of it); the cached [x, 1] is rebuilt when x changes in place."""
+    from torch import nn
+
+    from bayesflow.likelihoods import bernoulli, gaussian
+    from bayesflow.priors import diag_normal
+
+    torch.manual_seed(0)
+    cases = [
+        (nn.Linear(3, 1), bernoulli()),
+        (nn.Sequential(nn.Linear(3, 1), nn.Tanh(), nn.Linear(1, 1)), gaussian(0.5)),
+    ]
+    for model, likelihood in cases:
+        problem = build_problem(model.double(), likelihood, diag_normal(1.0), NUM_DATA)
+        generator = torch.Generator().manual_seed(4)
+        params = torch.stack([problem.init_params(generator) for _ in range(chains)])
+        inputs = torch.randn(8, 3, generator=generator, dtype=torch.float64)
+        targets = torch.randint(0, 2, (8,), generator=generator)
+        gradient = chain_gradient(problem, 1.0)
+        for _ in range(2):  # the second time after inputs changed in place
+            grads, values = gradient(params, (inputs, targets))
+            reference = vmap(grad_and_value(problem.log_posterior), in_dims=(0, None))(
+                params, (inputs, targets)
+            )
+            torch.testing.assert_close(grads, reference[0], rtol=1e-10, atol=1e-12)
+            torch.testing.assert_close(values, reference[1], rtol=1e-10, atol=1e-12)
+            inputs.mul_(-2.0)
