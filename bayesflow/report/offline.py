@@ -11,13 +11,17 @@ formula that does not convert stays as its text.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
+import threading
 from typing import Any
 
 from jinja2 import DictLoader
 
-__all__ = ["OFFLINE_TEMPLATE", "exporter_options", "latex_to_mathml", "with_mathml"]
+__all__ = [
+    "OFFLINE_TEMPLATE", "exporter_options", "html_exporter", "latex_to_mathml", "prepare_export", "with_mathml",
+]
 
 OFFLINE_TEMPLATE = "bayesflow_offline.html.j2"
 # The JupyterLab template without the blocks that load require.js, MathJax and Mermaid
@@ -101,3 +105,37 @@ def with_mathml(notebook: Any) -> Any:
                 text = "".join(source) if isinstance(source, list) else source
                 data["text/markdown"] = markdown_with_mathml(text)
     return converted
+
+
+def html_exporter(*, show_code: bool) -> Any:
+    """nbconvert's ``HTMLExporter`` for a report page: the offline template, no prompts,
+    code cells' input hidden unless ``show_code``, images embedded as data URIs."""
+    from nbconvert import HTMLExporter
+
+    return HTMLExporter(
+        template_name="lab",
+        **exporter_options(),
+        exclude_input=not show_code,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        # Markdown images (attachments, local files) become data URIs too; output
+        # images already are: nbconvert inlines image/png outputs as base64.
+        embed_images=True,
+    )
+
+
+def prepare_export() -> threading.Thread:
+    """Import nbconvert and load its templates (0.3-0.6 s) in a thread while the kernel
+    runs the notebook in its own process; join it before exporting. A failure here is
+    left to the export itself to raise."""
+
+    def prepare() -> None:
+        with contextlib.suppress(Exception):
+            import nbformat
+
+            html_exporter(show_code=False).from_notebook_node(nbformat.v4.new_notebook())
+            latex_to_mathml("x")
+
+    thread = threading.Thread(target=prepare, name="bayesflow-report-export", daemon=True)
+    thread.start()
+    return thread

@@ -226,6 +226,9 @@ def render_report(
     # papermill writes after every cell; the temporary name keeps a previous report whole.
     partial_path = output_dir / f".{name}.{uuid.uuid4().hex}.ipynb"
 
+    from bayesflow.report.offline import prepare_export
+
+    exporting = prepare_export()  # while the kernel runs the notebook
     try:
         started = time.perf_counter()
         try:
@@ -238,6 +241,7 @@ def render_report(
         execute_seconds = time.perf_counter() - started
 
         started = time.perf_counter()
+        exporting.join()
         html = _export_html(notebook, title=name, show_code=show_code)
         convert_seconds = time.perf_counter() - started
 
@@ -368,20 +372,9 @@ def _display_name() -> str:
 def _export_html(notebook: Any, *, title: str, show_code: bool) -> str:
     """Export an executed notebook to one HTML string with images as data URIs and
     formulas as MathML, loading nothing from the network (:mod:`bayesflow.report.offline`)."""
-    from nbconvert import HTMLExporter
+    from bayesflow.report.offline import html_exporter, with_mathml
 
-    from bayesflow.report.offline import exporter_options, with_mathml
-
-    exporter = HTMLExporter(
-        template_name="lab",
-        **exporter_options(),
-        exclude_input=not show_code,
-        exclude_input_prompt=True,
-        exclude_output_prompt=True,
-        # Markdown images (attachments, local files) become data URIs too; output
-        # images already are: nbconvert inlines image/png outputs as base64.
-        embed_images=True,
-    )
+    exporter = html_exporter(show_code=show_code)
     body, resources = exporter.from_notebook_node(
         with_mathml(notebook), resources={"metadata": {"name": title}}
     )
