@@ -223,12 +223,22 @@ class TrackingHook:
             **process_tags(),
         }
 
-    def _start(self, stage: Stage, tags: dict[str, str] | None = None, metrics: dict[str, float] | None = None) -> str:
-        return str(self.tracker.start_run(
+    def _start(
+        self, stage: Stage, tags: dict[str, str] | None = None, metrics: dict[str, float] | None = None,
+        histories: dict[str, list[float]] | None = None,
+    ) -> str:
+        """Start the run of a fit stage; its ``histories`` go with the params where the
+        tracker takes them (``start_run_takes_histories``), else in a batch of their own."""
+        together = histories and getattr(self.tracker, "start_run_takes_histories", False) is True
+        run_id = str(self.tracker.start_run(
             self.experiment, stage.name.removeprefix("fit/").replace("/", " "),
             parent_id=self.parent_id, params=fit_parameters(self._loaded(stage), stage),
             tags={**self._tags(stage), **(tags or {})}, metrics=metrics,
+            **({"histories": histories} if together else {}),
         ))
+        if histories and not together:
+            self.tracker.log_batch(run_id, histories=histories)
+        return run_id
 
     # -------------------------------------------------------------- hook methods
 
@@ -294,8 +304,7 @@ class TrackingHook:
             return
         if table["data"]:  # MLflow's UI shows a logged table as one
             tags["mlflow.loggedArtifacts"] = json.dumps([{"path": DIAGNOSTICS_ARTIFACT, "type": "table"}])
-        run_id = self._start(stage, tags, metrics)
-        self.tracker.log_batch(run_id, histories=fit.series())
+        run_id = self._start(stage, tags, metrics, fit.series())
         self.tracker.log_artifact(run_id, fit.posterior, "posterior")
         if table["data"]:
             self.tracker.log_text(run_id, json.dumps(table), DIAGNOSTICS_ARTIFACT)
