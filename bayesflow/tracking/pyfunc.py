@@ -29,6 +29,7 @@ import mlflow
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+import yaml
 from mlflow.exceptions import MlflowException
 from mlflow.pyfunc.model import PythonModel
 
@@ -222,25 +223,34 @@ def _keep_template(key: str, model: Path) -> None:
 def _from_template(template: Path, model: Path, sources: dict[str, Path], code: Path) -> None:
     """Write the model of one fit as files: the template's folder with this fit's
     artifacts, and its MLmodel with a new uuid and creation time, this fit's source paths
-    and its size (what ``save_model`` would have written for the same signature)."""
+    and its size (what ``save_model`` would have written for the same signature). The
+    MLmodel is YAML, read and written as ``mlflow.models.Model`` does (``safe_dump``,
+    block style), with libyaml where PyYAML has it."""
+    import copy
     from datetime import datetime, timezone
 
-    from mlflow.models import Model
-
     shutil.copytree(template, model)
-    description = Model.load(str(model / "MLmodel"))
-    flavor = description.flavors["python_function"]
+    if template not in _DESCRIPTIONS:
+        _DESCRIPTIONS[template] = yaml.load((template / "MLmodel").read_text(), Loader=_YAML_LOADER)
+    description = copy.deepcopy(_DESCRIPTIONS[template])
+    flavor = description["flavors"]["python_function"]
     for name, source in sources.items():
         entry = flavor["artifacts"][name]
         shutil.copyfile(source, model / entry["path"])
         entry["uri"] = str(source)
     flavor["model_code_path"] = str(code)
-    description.model_uuid = uuid.uuid4().hex
-    description.utc_time_created = str(datetime.now(timezone.utc).replace(tzinfo=None))
-    description.model_size_bytes = sum(
+    description["model_uuid"] = uuid.uuid4().hex
+    description["utc_time_created"] = str(datetime.now(timezone.utc).replace(tzinfo=None))
+    description["model_size_bytes"] = sum(
         path.stat().st_size for path in model.rglob("*") if path.is_file() and path.name != "MLmodel"
     )
-    description.save(str(model / "MLmodel"))
+    (model / "MLmodel").write_text(yaml.dump(description, Dumper=_YAML_DUMPER, default_flow_style=False))
+
+
+# The parsed MLmodel of each template folder.
+_DESCRIPTIONS: dict[Path, dict[str, Any]] = {}
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _signature(spec: WorkflowSpec, cell: dict[str, Any]) -> tuple[pd.DataFrame, Any]:
