@@ -131,12 +131,14 @@ def build_variational(
     import torch
     import torchopt
 
+    from bayesflow.engines.adam import constant_adam
     from bayesflow.engines.base import Engine
     from bayesflow.engines.gradient import chain_gradient, chain_values, value_and_grad
     from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
     optimizer = build_optimizer(config.optimizer, total_steps)
+    adam = constant_adam(config.optimizer)  # the same Adam in a third of the kernels
     per_datum, prior_weight = tempering.per_datum, tempering.prior_weight
     diagonal = family is DIAGONAL
 
@@ -163,7 +165,8 @@ def build_variational(
         mean = params.detach()
         scale = family.initial_scale(mean, config.init_log_sd)
         packed = torch.cat([mean.unsqueeze(0), scale.reshape(-1, mean.shape[0])])
-        return VIState(*unpack(packed), optimizer.init((packed,)), generator, 0, packed)
+        moments = adam.init(packed) if adam is not None else optimizer.init((packed,))
+        return VIState(*unpack(packed), moments, generator, 0, packed)
 
     def update(state: VIState, batch: Batch) -> tuple[VIState, dict[str, Tensor]]:
         noise = torch.randn(
@@ -180,10 +183,13 @@ def build_variational(
         else:
             (grads,), loss = value_and_grad(loss_fn, variational, batch, noise)
         # One tensor: the optimiser's elementwise update runs once, not once per part.
-        updates, optimizer_state = optimizer.update(
-            (grads,), state.optimizer, params=variational, inplace=False
-        )
-        (packed,) = torchopt.apply_updates(variational, updates, inplace=False)
+        if adam is not None:
+            packed, optimizer_state = adam.step(state.packed, grads, state.optimizer)
+        else:
+            updates, optimizer_state = optimizer.update(
+                (grads,), state.optimizer, params=variational, inplace=False
+            )
+            (packed,) = torchopt.apply_updates(variational, updates, inplace=False)
         new_state = VIState(
             *unpack(packed), optimizer_state, state.generator, state.step + 1, packed
         )
@@ -246,7 +252,8 @@ class VIState(NamedTuple):
         mean: μ (d,).
         scale: the unconstrained scale S: ρ = log σ (d,) for ``vi_diag``, the matrix A
             (d, d) of the Cholesky factor for ``vi_dense`` (see the module docstring).
-        optimizer: torchopt's optimiser state over ``(packed,)``.
+        optimizer: the optimiser's state over ``packed``: torchopt's over ``(packed,)``,
+            or :class:`~bayesflow.engines.adam.AdamState` for Adam at a constant rate.
         generator: the source of the reparameterisation noise.
         step: update steps taken.
         packed: μ and S in one tensor (2, d) for ``vi_diag``, (d + 1, d) for ``vi_dense``,

@@ -162,3 +162,41 @@ def test_regression_layer_against_inputs_with_ones(chains: int) -> None:
             torch.testing.assert_close(grads, reference[0], rtol=1e-10, atol=1e-12)
             torch.testing.assert_close(values, reference[1], rtol=1e-10, atol=1e-12)
             inputs.mul_(-2.0)
+
+
+def test_constant_adam_steps_like_torchopt() -> None:
+    """ConstantAdam's steps equal torchopt's adam at the same rate, float64, 30 steps (to
+    1e-4: torchopt takes the bias corrections 1 − β^t in float32, its step count being an
+    integer tensor; ours are Python floats)."""
+    import torchopt
+
+    from bayesflow.engines.adam import constant_adam
+    from bayesflow.methods.base import OptimizerSpec
+
+    adam = constant_adam(OptimizerSpec(name="adam", lr=0.05))
+    assert adam is not None
+    generator = torch.Generator().manual_seed(5)
+    ours = theirs = torch.randn(2, 7, generator=generator, dtype=torch.float64)
+    reference = torchopt.adam(0.05)
+    state, reference_state = adam.init(ours), reference.init((theirs,))
+    for _ in range(30):
+        grads = torch.randn(2, 7, generator=generator, dtype=torch.float64)
+        ours, state = adam.step(ours, grads, state)
+        updates, reference_state = reference.update(
+            (grads,), reference_state, params=(theirs,), inplace=False
+        )
+        (theirs,) = torchopt.apply_updates((theirs,), updates, inplace=False)
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+    assert state.steps == 30 and (ours - torch.zeros_like(ours)).abs().max() > 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"name": "adamw"}, {"weight_decay": 0.1}, {"schedule": {"kind": "cosine"}}, {"name": "sgd"}],
+)
+def test_other_optimisers_stay_with_torchopt(fields: dict[str, Any]) -> None:
+    """Only Adam with no weight decay at a constant rate takes the hand-written step."""
+    from bayesflow.engines.adam import constant_adam
+    from bayesflow.methods.base import OptimizerSpec
+
+    assert constant_adam(OptimizerSpec.model_validate({"lr": 0.1, **fields})) is None
