@@ -25,7 +25,10 @@ estimated as ``−mean log q(θ)`` at those draws with **both** μ and S detache
 flows only through the draws, and its variance vanishes when q equals the target (the
 posteriors library's dense VI detaches only the factor, which keeps part of the score
 term). Otherwise the closed form above is used. ``(μ, S)`` are optimised by torchopt as
-the spec's ``optimizer`` says (its weight decay, if any, applies to both); S starts at
+the spec's ``optimizer`` says (its weight decay, if any, applies to both; Adam at a
+constant rate with none runs as :mod:`bayesflow.engines.adam`'s same step on one tensor;
+``vi_diag`` takes the chain rule from the draws to (μ, ρ) in closed form,
+:func:`diagonal_gradient`); S starts at
 ``init_log_sd`` on the diagonal (and 0 below it). The dense covariance is d × d: models
 above :data:`~bayesflow.engines.base.DENSE_DIMENSION_LIMIT` parameters are refused.
 """
