@@ -4,8 +4,10 @@
 directory (its own MLflow store, cache and reports), with two instruments:
 
 - :class:`TimingTracker` wraps the :class:`~bayesflow.tracking.MlflowTracker` and adds up
-  the seconds of every call bayesflow makes to it (the tracking cost, measured directly;
-  the first call, which imports mlflow and creates the store, is also reported apart);
+  the seconds of every call bayesflow makes to it and of each fit's pyfunc model (the
+  hook's ``_log_model``, which writes through its own client): the tracking cost,
+  measured directly (the first call, which imports mlflow and creates the store, is also
+  reported apart);
 - :class:`StageTimer`, a hook, records each stage's kind and whether it was cached; the
   executor's ``outcome.seconds`` gives each stage's compute seconds.
 
@@ -148,7 +150,20 @@ def run_once(
 
         inner = MlflowTracker(api.tracking_uri_of(loaded))
     tracker = TimingTracker(inner)
-    result = api.run(loaded, hooks=[timer], tracker=tracker)
+    # The fits' pyfunc models are logged with their own MLflow client (tracking/pyfunc.py),
+    # outside the tracker: the hook's `_log_model` is timed as a tracker method.
+    from bayesflow.tracking.hook import TrackingHook
+
+    log_model = TrackingHook._log_model
+
+    def timed_log_model(hook: Any, *args: Any) -> None:
+        tracker._timed("log_model", lambda: log_model(hook, *args))()
+
+    TrackingHook._log_model = timed_log_model  # type: ignore[method-assign,assignment]
+    try:
+        result = api.run(loaded, hooks=[timer], tracker=tracker)
+    finally:
+        TrackingHook._log_model = log_model  # type: ignore[method-assign,assignment]
     wall = time.perf_counter() - began
     if not result.outcome.ok:
         raise RuntimeError(f"the default workflow failed: {result.outcome.errors}")

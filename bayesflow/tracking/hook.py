@@ -314,18 +314,18 @@ class TrackingHook:
         self.status[stage.name] = "FINISHED"
 
     def _log_model(self, stage: Stage, run_id: str, fit: FitArtefact) -> None:
-        """The fit as an MLflow pyfunc model (``runs:/<id>/model``), for MLflow stores only:
+        """The fit as an MLflow pyfunc model (``runs:/<id>/model``), for MLflow stores only
+        (a tracker whose ``uri`` names one; a wrapper of an ``MlflowTracker`` too):
         ``mlflow.pyfunc.load_model(...).predict(features)`` gives its posterior predictive."""
-        from bayesflow.tracking.mlflow_tracker import MlflowTracker
-
-        if not isinstance(self.tracker, MlflowTracker):
+        uri = getattr(self.tracker, "uri", None)
+        if not isinstance(uri, str) or uri.startswith("memory:"):
             return
         from bayesflow.tracking.pyfunc import log_posterior_model
 
         loaded = self._loaded(stage)
         log_posterior_model(
             run_id, fit.posterior, loaded.to_yaml(), fit_parameters(loaded, stage),
-            self.tracker.uri, base_dir=loaded.base_dir,
+            uri, base_dir=loaded.base_dir,
         )
 
     def _earlier_run(self, stage: Stage) -> RunRecord | None:
