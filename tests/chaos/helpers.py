@@ -68,14 +68,16 @@ def leftovers(folder: Path) -> list[str]:
 
 
 def fit_runs(folder: Path) -> dict[str, list[str]]:
-    """Stage name → statuses of the MLflow fit runs of ``folder``'s store."""
+    """Stage name → statuses of the MLflow runs that computed a fit in ``folder``'s store
+    (a rerun's reused children, tagged ``bayesflow.computed_by``, left out)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
     found: dict[str, list[str]] = {}
     for experiment in client.search_experiments():
         for run in client.search_runs([experiment.experiment_id]):
-            if run.data.tags.get("bayesflow.role") == "fit":
+            # A rerun's child pointing to the run that computed its fit is no second fit.
+            if run.data.tags.get("bayesflow.role") == "fit" and "bayesflow.computed_by" not in run.data.tags:
                 found.setdefault(run.data.tags["bayesflow.stage"], []).append(run.info.status)
     return found
 

@@ -39,12 +39,20 @@ def test_sigkill_then_rerun_completes_without_duplicates(tmp_path: Path) -> None
     mlflow = client(tmp_path)
     runs = mlflow.search_runs([mlflow.get_experiment_by_name("tiny").experiment_id])
     finished: dict[str, int] = {}
+    computed: dict[str, str] = {}  # run id -> stage, of the runs that computed a fit
+    pointers: list[tuple[str, str]] = []  # (stage, run it points to), of the rerun's reused fits
     for run in runs:
         assert run.info.status != "RUNNING", "a run of the killed process was left running"
         if run.data.tags.get("bayesflow.role") == "fit" and run.info.status == "FINISHED":
             stage = run.data.tags["bayesflow.stage"]
-            finished[stage] = finished.get(stage, 0) + 1
+            source = run.data.tags.get("bayesflow.computed_by")
+            if source is None:  # a run that computed its fit: exactly one per stage
+                finished[stage] = finished.get(stage, 0) + 1
+                computed[run.info.run_id] = stage
+            else:  # the rerun's child for a fit the killed run had finished
+                pointers.append((stage, source))
     assert len(finished) == 1 + 4 + 4 and set(finished.values()) == {1}
+    assert all(computed.get(source) == stage for stage, source in pointers), pointers
     assert any(run.info.status == "KILLED" for run in runs)
 
 
