@@ -125,9 +125,18 @@ def html_exporter(*, show_code: bool) -> Any:
 
 
 def prepare_export() -> threading.Thread:
-    """Import nbconvert and load its templates (0.3-0.6 s) in a thread while the kernel
-    runs the notebook in its own process; join it before exporting. A failure here is
-    left to the export itself to raise."""
+    """Load nbconvert's templates and MathML converter in a thread while the kernel runs
+    the notebook in its own process (the imports happen first, in the calling thread);
+    join it before exporting. A failure here is left to the export itself to raise."""
+
+    # Every package the export and papermill's execution share is imported here, in the
+    # calling thread, before the thread starts: two threads importing the same modules at
+    # once can see one half-initialised ("cannot import name 'NotebookClient' from
+    # 'nbclient'", seen once in the test suite). The thread then only loads templates.
+    with contextlib.suppress(Exception):
+        import nbconvert  # noqa: F401
+        import nbformat  # noqa: F401
+        import papermill  # noqa: F401
 
     def prepare() -> None:
         with contextlib.suppress(Exception):
