@@ -9,7 +9,9 @@ pool 4, LSTM 128).
 The LSTM is :class:`LSTM`, written from matrix products: ``torch.func.vmap`` over
 ``nn.LSTM`` has no batching rule for ``aten::mkldnn_rnn_layer`` and falls back, with a
 warning, to a loop over the batched parameters (measured on torch 2.13; DESIGN.md), while
-matrix products vectorise over parameter samples and chains.
+matrix products vectorise over parameter samples and chains. Outside ``vmap`` (one chain,
+MAP, VI, Laplace, evaluation of one sample at a time) it runs torch's fused kernel instead,
+with the same parameters and the same numbers (tests/models/test_lstm_fused.py).
 """
 
 from __future__ import annotations
@@ -53,7 +55,11 @@ class LSTM(nn.Module):
             nn.init.uniform_(param, -bound, bound)
 
     def forward(self, inputs: Tensor) -> Tensor:
-        """Inputs (n, L, input) to the hidden state after the last step (n, H)."""
+        """Inputs (n, L, input) to the hidden state after the last step (n, H): torch's fused
+        LSTM kernel (oneDNN on a CPU, cuDNN on a GPU) when no ``vmap`` is running, else the
+        step-by-step form that vectorises over chains and parameter samples."""
+        if not _under_vmap():
+            return self._fused(inputs)
         count, length, _ = inputs.shape
         # The input half of every step's gates at once: one large product, not L small ones.
         projected = inputs @ self.weight_ih.T + self.bias
@@ -65,6 +71,22 @@ class LSTM(nn.Module):
             cell = forget_gate.sigmoid() * cell + input_gate.sigmoid() * candidate.tanh()
             hidden = output_gate.sigmoid() * cell.tanh()
         return hidden
+
+    def _fused(self, inputs: Tensor) -> Tensor:
+        """The same layer through ``torch.lstm`` (its second bias held at zero)."""
+        start = inputs.new_zeros(1, inputs.shape[0], self.hidden_size)
+        weights = [self.weight_ih, self.weight_hh, self.bias, torch.zeros_like(self.bias)]
+        _, hidden, _ = torch.lstm(inputs, (start, start), weights, True, 1, 0.0, self.training, False, True)
+        return hidden[0]
+
+
+def _under_vmap() -> bool:
+    """Whether a ``torch.func.vmap`` is running (at any depth of the functorch transforms):
+    ``torch.lstm`` has no batching rule, so the step-by-step form is used there."""
+    from torch._C._functorch import TransformType
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    return any(level.key() == TransformType.Vmap for level in retrieve_all_functorch_interpreters())
 
 
 class CNNLSTM(nn.Module):

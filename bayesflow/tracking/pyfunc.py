@@ -20,6 +20,7 @@ import logging
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -280,7 +281,9 @@ def _signature(spec: WorkflowSpec, cell: dict[str, Any]) -> tuple[pd.DataFrame, 
     else:
         zeros = torch.zeros(EXAMPLE_ROWS, dtype=torch.float64)
         output = prediction_frame(RegressionPrediction(zeros, zeros + 1))
-    inferred = infer_signature(example, output, params={"n_samples": 0, "seed": -1})
+    with warnings.catch_warnings():  # token ids are integers and are never missing
+        warnings.filterwarnings("ignore", message=".*integer column", category=UserWarning)
+        inferred = infer_signature(example, output, params={"n_samples": 0, "seed": -1})
     inputs = Schema([ColSpec(column.type) for column in inferred.inputs.inputs])
     return example, ModelSignature(inputs=inputs, outputs=inferred.outputs, params=inferred.params)
 
