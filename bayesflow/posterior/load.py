@@ -85,16 +85,14 @@ def _from_path(path: Path, device: str) -> FittedPosterior:
 
 
 def _tracker(tracking_uri: str | None) -> Any:
-    from bayesflow.tracking import MlflowTracker
-    from bayesflow.tracking.uri import missing_store, resolve_tracking_uri
+    """The store's tracker (:func:`bayesflow.tracking.read.open_tracker`), its missing-store
+    error as a PosteriorError."""
+    from bayesflow.tracking.read import open_tracker
 
-    uri = resolve_tracking_uri(tracking_uri, Path.cwd())
-    if missing_store(uri):
-        raise PosteriorError(
-            f"load_posterior: no MLflow store at {uri}; run from the folder holding "
-            "mlflow.db, or pass tracking_uri="
-        )
-    return MlflowTracker(uri)
+    try:
+        return open_tracker(tracking_uri)
+    except TrackingError as error:
+        raise PosteriorError(f"load_posterior: {error}") from None
 
 
 def _from_run(run_id: str, tracking_uri: str | None, device: str) -> FittedPosterior:
