@@ -89,21 +89,23 @@ def _summary(result: Any) -> None:
     if frame is not None and len(frame):
         metrics = [m for m in SUMMARY_METRICS if m in frame][:4]
         by = ["variant"] if "variant" in frame else []
-        flag_columns = [c for c in frame.columns if str(c).startswith("flag/")]
-        frame = frame.assign(flagged=frame[flag_columns].fillna("").ne("").any(axis=1) if flag_columns else False)
+        from bayesflow.report.tables import flag_columns
+
+        flags = flag_columns(frame)  # {metric: its flag column}
+        frame = frame.assign(flagged=frame[list(flags.values())].fillna("").ne("").any(axis=1) if flags else False)
         grouped = frame.groupby([*by, "method", "temperature"], sort=True)
         summary = grouped[metrics].mean().join(grouped["flagged"].sum()).reset_index()
         table = Table(title="results (mean over seeds)")
-        for column in [*by, "method", "T", *metrics, *(["flagged"] if flag_columns else [])]:
+        for column in [*by, "method", "T", *metrics, *(["flagged"] if flags else [])]:
             table.add_column(column, justify="right" if column not in ("method", "variant") else "left")
         for _, row in summary.iterrows():
             temperature = "shared" if row["temperature"] == 0 else f"{row['temperature']:g}"
             values = ["—" if math.isnan(row[m]) else f"{row[m]:.4f}" for m in metrics]
-            flagged = [f"⚠ {int(row['flagged'])}" if row["flagged"] else ""] if flag_columns else []
+            flagged = [f"⚠ {int(row['flagged'])}" if row["flagged"] else ""] if flags else []
             table.add_row(*[str(row[c]) for c in by], str(row["method"]), temperature, *values, *flagged)
         print_table(table)
         if frame["flagged"].any():
-            kinds = sorted({str(c)[len("flag/"):] for c in flag_columns if frame[c].fillna("").ne("").any()})
+            kinds = sorted(metric for metric, column in flags.items() if frame[column].fillna("").ne("").any())
             output.print(
                 f"⚠ {int(frame['flagged'].sum())} of {len(frame)} fits flagged ({', '.join(kinds)}): "
                 "the report lists why, and each fit run has its bayesflow.flag.* tags",

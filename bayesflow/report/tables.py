@@ -30,6 +30,7 @@ __all__ = [
     "best_cells",
     "best_temperature_table",
     "failed_cells",
+    "flag_columns",
     "flag_notes",
     "flagged_rows",
     "results_table",
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 FINISHED = "FINISHED"  # MLflow's status of a run that ended without error
-FLAG_PREFIX = "flag/"
+FLAG_PREFIX = "flag/"  # stages/table.py names the columns: FLAG_COLUMN = "flag/{metric}"
 MARK = "⚠"
 """Follows a number that a flag concerns; the flags are listed under the table."""
 
@@ -85,7 +86,7 @@ def variants(frame: pd.DataFrame) -> list[str]:
     return found if len(found) > 1 else []
 
 
-def _flag_columns(frame: pd.DataFrame) -> dict[str, str]:
+def flag_columns(frame: pd.DataFrame) -> dict[str, str]:
     """``{column: "flag/column"}`` for every flag column of the frame."""
     return {c[len(FLAG_PREFIX):]: c for c in frame.columns if str(c).startswith(FLAG_PREFIX)}
 
@@ -98,7 +99,7 @@ def _messages(values: pd.Series) -> pd.Series:
 
 def flagged_rows(frame: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.Series:
     """True for each row carrying a flag on one of ``columns`` (None: on any column)."""
-    flags = _flag_columns(frame)
+    flags = flag_columns(frame)
     wanted = flags if columns is None else {c: flags[c] for c in columns if c in flags}
     result = pd.Series(False, index=frame.index)
     for flag in wanted.values():
@@ -113,7 +114,7 @@ def flag_notes(frame: pd.DataFrame) -> pd.DataFrame:
     columns = [*keyed, "method", "temperature", "seed", "column", "message"]
     finished = frame.loc[frame["status"].astype(str) == FINISHED] if "status" in frame else frame
     rows = []
-    for column, flag in _flag_columns(finished).items():
+    for column, flag in flag_columns(finished).items():
         messages = _messages(finished[flag])
         for index in messages.index[messages != ""]:
             row = finished.loc[index]
@@ -141,7 +142,7 @@ def results_table(frame: pd.DataFrame, metrics: Iterable[str] = TABLE_METRICS) -
     """
     metrics = [metric for metric in metrics if metric in frame.columns]
     keys = (["variant"] if variants(frame) else []) + ["method", "temperature"]
-    other_flags = [column for column in _flag_columns(frame) if column not in metrics]
+    other_flags = [column for column in flag_columns(frame) if column not in metrics]
     rows = []
     for values, group in frame.groupby(keys, sort=False):
         finished = group.loc[group["status"].astype(str) == FINISHED]
@@ -183,7 +184,7 @@ def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.
             row[name] = _marked(_mean_and_spread(done[name]), done, [name])
         row["seeds finished"] = _marked(
             f"{done['seed'].nunique()}/{cell['seed'].nunique()}", done,
-            [c for c in _flag_columns(frame) if c not in shown],
+            [c for c in flag_columns(frame) if c not in shown],
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
