@@ -85,9 +85,6 @@ def load(
     return load_spec(source, list(overrides))
 
 
-_dataset = load_data
-
-
 def code_digests(loaded: LoadedSpec) -> dict[str, str]:
     """Digests of the code plots and the report are drawn with, for their stage keys."""
     from bayesflow.report.render import source_digest
@@ -103,7 +100,7 @@ def plan(loaded: LoadedSpec | Sweep, dataset: Dataset | None = None) -> Plan:
     """Plan a loaded spec or a sweep into stages (loads the data to know its digest)."""
     if isinstance(loaded, Sweep):
         return prepare(loaded).plan
-    dataset = dataset if dataset is not None else _dataset(loaded)
+    dataset = dataset if dataset is not None else load_data(loaded)
     return plan_workflow(loaded.spec, dataset.digest, code_digests(loaded))
 
 
@@ -140,7 +137,7 @@ def prepare(loaded: Workflow | Prepared) -> Prepared:
     if isinstance(loaded, Sweep):
         the_plan, datasets = plan_variants(loaded, code_digests(loaded.first))
         return Prepared(loaded.first, datasets[loaded.variants[0].label], the_plan, loaded, datasets)
-    dataset = _dataset(loaded)
+    dataset = load_data(loaded)
     return Prepared(loaded, dataset, plan_workflow(loaded.spec, dataset.digest, code_digests(loaded)))
 
 

@@ -56,11 +56,9 @@ def checked_data(loaded: Any) -> Any:
     Raises:
         DataError: the data cannot be used with the spec's likelihood.
     """
-    from bayesflow.data import check_data, load_dataset
+    from bayesflow.variants import load_data
 
-    dataset = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
-    check_data(dataset, loaded.spec.likelihood.name)
-    return dataset
+    return load_data(loaded)
 
 
 def user_code(spec: Any) -> list[str]:

@@ -162,17 +162,17 @@ def test_fit_stage_saves_last_layer_laplace_in_full_space(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A workflow's last-layer Laplace writes a full-space posterior.npz, spread only in `2.*`."""
-    from bayesflow.api import _dataset
     from bayesflow.dag.cache import Entry
     from bayesflow.dag.plan import plan_workflow
     from bayesflow.spec.load import load_spec
     from bayesflow.stages import POSTERIOR_FILE, StageRunner
+    from bayesflow.variants import load_data
     from tests.conftest import TINY_SPEC, write
 
     monkeypatch.chdir(tmp_path)
     text = TINY_SPEC.replace("    from: map\n", "    from: map\n    parameters: ['2.*']\n")
     loaded = load_spec(write(tmp_path, text))
-    dataset = _dataset(loaded)
+    dataset = load_data(loaded)
     runner = StageRunner(loaded, dataset)
     stages = plan_workflow(loaded.spec, dataset.digest).stages
     fits = {(s.method, s.temperature): s for s in stages.values() if s.kind == "fit"}
