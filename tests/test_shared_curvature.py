@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import bayesflow
+import bayesflow.variants
 from bayesflow.dag.cache import Cache
 from bayesflow.engines.base import Posterior
 from bayesflow.engines.fit import fit
@@ -40,7 +41,7 @@ def test_rescaled_laplace_equals_a_direct_fit(tmp_path: Path, monkeypatch: pytes
 
     from bayesflow.stages import StageRunner
 
-    runner = StageRunner(loaded, bayesflow.api._dataset(loaded))
+    runner = StageRunner(loaded, bayesflow.variants.load_data(loaded))
     problem, _, tempering = runner.context.problem(plan.stages["fit/laplace/T=1/seed=0"])
     engine = METHODS.get("laplace_diag_ggn").builder()(problem, tempering, loaded.spec.methods["laplace"])
     data = runner.dataset
