@@ -15,11 +15,17 @@ from tests.e2e.test_cli import BAYESFLOW, bayesflow, client
 pytestmark = pytest.mark.e2e
 
 
+# The tiny spec's SGHMC, and one long enough (each fit ~0.5 s) that a signal sent once
+# three stages have finished lands while the run is still going, however fast the engines.
+FAST_SGHMC = "lr: 0.01\n    epochs: 3\n    chains: 2"
+SLOW_SGHMC = "lr: 0.01\n    epochs: 300\n    chains: 2"
+
+
 def test_sigkill_then_rerun_completes_without_duplicates(tmp_path: Path) -> None:
     """SIGKILL loses only the stage in flight; the rerun reuses the rest and ends stale runs."""
     text = TINY_SPEC.replace("temperatures: [0.1, 1.0]", "temperatures: [0.03, 0.1, 0.3, 1.0]")
     text = text.replace("evaluate:", "report: {enabled: false}\nevaluate:")
-    write(tmp_path, text)
+    write(tmp_path, text.replace(FAST_SGHMC, SLOW_SGHMC))
     process = subprocess.Popen([*BAYESFLOW, "run", "spec.yaml"], cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cache = tmp_path / ".bayesflow" / "cache"
@@ -59,7 +65,8 @@ def test_sigkill_then_rerun_completes_without_duplicates(tmp_path: Path) -> None
 def test_ctrl_c_marks_runs_killed_and_exits_130(tmp_path: Path) -> None:
     """SIGINT (Ctrl-C) ends the run cleanly: exit 130, no run left RUNNING, no staging left."""
     text = TINY_SPEC.replace("temperatures: [0.1, 1.0]", "temperatures: [0.03, 0.1, 0.3, 1.0]")
-    write(tmp_path, text.replace("evaluate:", "report: {enabled: false}\nevaluate:"))
+    text = text.replace("evaluate:", "report: {enabled: false}\nevaluate:")
+    write(tmp_path, text.replace(FAST_SGHMC, SLOW_SGHMC))
     process = subprocess.Popen([*BAYESFLOW, "run", "spec.yaml"], cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cache = tmp_path / ".bayesflow" / "cache"
