@@ -67,8 +67,15 @@ def test_ctrl_c_marks_runs_killed_and_exits_130(tmp_path: Path) -> None:
     text = TINY_SPEC.replace("temperatures: [0.1, 1.0]", "temperatures: [0.03, 0.1, 0.3, 1.0]")
     text = text.replace("evaluate:", "report: {enabled: false}\nevaluate:")
     write(tmp_path, text.replace(FAST_SGHMC, SLOW_SGHMC))
-    process = subprocess.Popen([*BAYESFLOW, "run", "spec.yaml"], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A test worker may run with SIGINT ignored, which a child inherits (Python then installs
+    # no KeyboardInterrupt handler); a handled signal is reset to the default at exec, so the
+    # run starts as it would from a terminal.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen([*BAYESFLOW, "run", "spec.yaml"], cwd=tmp_path,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     cache = tmp_path / ".bayesflow" / "cache"
     deadline = time.time() + 120
     while time.time() < deadline and len(list(cache.glob("*/outputs.json"))) < 3:
