@@ -23,6 +23,7 @@ finished runs (``results``, ``histories``, ``posteriors``, ...) live in
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -245,7 +246,8 @@ def run(
         tracker: a tracker to use instead of MLflow at the spec's URI (tests).
     """
     from bayesflow.stages import StageRunner
-    from bayesflow.tracking.hook import TrackingHook, end_stale_runs, process_tags
+    from bayesflow.tracking.background import BackgroundHook
+    from bayesflow.tracking.session import open_tracking
 
     began = time.perf_counter()
     prepared = prepare(workflow)
@@ -256,48 +258,37 @@ def run(
 
         tracker = MlflowTracker(tracking_uri_of(loaded))
     experiment = spec.tracking.experiment or spec.name
-    end_stale_runs(tracker, experiment)
     sweep = prepared.sweep
-    swept: dict[str, Any] = {} if sweep is None else {
-        "swept_keys": list(sweep.keys), "variants": len(sweep.variants)}
-    parent_id = tracker.start_run(
-        experiment, f"{spec.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-        params={
-            "workflow": spec.name, "temperature_convention": spec.temperature_convention,
-            "temperatures": list(spec.temperatures), "seeds": list(spec.seeds),
-            "methods": list(spec.methods), "dataset": spec.data.name, "data_digest": dataset.digest[:16],
-            **swept,
-        },
-        tags={"bayesflow.role": "parent", "bayesflow.workflow": spec.name,
-              "bayesflow.plan_key": the_plan.key, **process_tags(),
-              **({"bayesflow.sweep": " | ".join(v.label for v in sweep.variants)[:5000]} if sweep else {})},
-    )
-    tracker.log_text(parent_id, loaded.to_yaml(), "spec/resolved.yaml")
-    report_dir = report_folder(spec.report.output_dir, spec.name, parent_id)
+    # The store is opened and every MLflow call made on a worker thread while the stages
+    # compute (tracking is a sink: tracking/background.py, tracking/session.py).
+    logging = BackgroundHook(functools.partial(
+        open_tracking, tracker, loaded, the_plan, experiment, dataset.digest, sweep))
     cache = Cache(spec.execution.cache_dir)
     runner: Any = StageRunner(loaded, dataset)
-    variants: dict[str, LoadedSpec] = {}
     if sweep is not None:  # each variant's stages run on its own spec and data
-        variants = {item.label: item.loaded for item in sweep.variants}
         runner = variant_runner(sweep, prepared.datasets)
-        for item in sweep.variants:
-            tracker.log_text(parent_id, item.loaded.to_yaml(), f"spec/variants/{item.tag}.yaml")
-    tracking = TrackingHook(tracker, loaded, the_plan, parent_id, experiment, variants=variants)
     going = spec.execution.keep_going if keep_going is None else keep_going
     backend = _backend(loaded, runner)
     try:
         outcome = execute(
-            the_plan, runner, cache, [tracking, *hooks], executor=backend, keep_going=going, force=force
+            the_plan, runner, cache, [logging, *hooks], executor=backend, keep_going=going, force=force
         )
+        logging.close()
     except KeyboardInterrupt:
+        with contextlib.suppress(Exception):  # already logged what it could; stop it
+            logging.close()
         _end_own_runs(tracker, experiment, "KILLED")
         raise
     except BaseException:
         # Every run this process opened (the parent, a fit whose logging failed half-way)
         # ends FAILED; when the store itself is what failed, the next run ends them as stale.
-        with contextlib.suppress(Exception):  # the error being raised matters more
-            _end_own_runs(tracker, experiment, "FAILED")
+        for ending in (logging.close, lambda: _end_own_runs(tracker, experiment, "FAILED")):
+            with contextlib.suppress(Exception):  # the error being raised matters more
+                ending()
         raise
+    tracking = logging.hook
+    parent_id = tracking.parent_id
+    report_dir = report_folder(spec.report.output_dir, spec.name, parent_id)
     _fill_report_folder(the_plan, outcome, report_dir)
     tracking.publish_stages()
     tracker.log_batch(parent_id, metrics={

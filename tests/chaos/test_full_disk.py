@@ -98,7 +98,12 @@ def test_a_full_disk_is_named_and_a_rerun_finishes(
     again = invoke(tmp_path, "run", "spec.yaml")  # space freed
     assert again.exit_code == 0, again.output
     assert "0 failed" in again.output
-    assert len(entries(tmp_path)) == 4 > before
+    if write == "artifacts":
+        # MLflow is written on a worker thread (tracking/background.py): the stages after
+        # the failed upload may finish before its error stops the run, and are kept.
+        assert len(entries(tmp_path)) == 4 >= before
+    else:
+        assert len(entries(tmp_path)) == 4 > before
     runs = fit_runs(tmp_path)
     assert len(runs) == 2 and all(statuses.count("FINISHED") == 1 for statuses in runs.values()), runs
     assert finished_once(runs, 2), runs

@@ -1,0 +1,69 @@
+"""Opening a run's tracking: stale runs ended, the parent run, the spec, the hook.
+
+:func:`open_tracking` does what a ``bayesflow run`` writes to the store before its first
+stage's artefact exists: it ends runs an earlier process left RUNNING
+(:func:`~bayesflow.tracking.hook.end_stale_runs`), starts the parent run with the
+workflow's params and tags, logs the resolved spec (and each sweep variant's), and
+returns the :class:`~bayesflow.tracking.hook.TrackingHook` that logs every stage under
+that parent. ``bayesflow.api.run`` calls it on the tracking worker
+(:class:`~bayesflow.tracking.background.BackgroundHook`), so importing mlflow and
+opening (or creating) the store overlap the first stages instead of preceding them;
+nothing the stages compute depends on it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from bayesflow.tracking.hook import TrackingHook, end_stale_runs, process_tags
+
+if TYPE_CHECKING:
+    from bayesflow.dag.plan import Plan
+    from bayesflow.spec.load import LoadedSpec
+    from bayesflow.spec.sweep import Sweep
+
+__all__ = ["open_tracking", "parent_params"]
+
+# MLflow keeps tag values up to 5,000 characters (hook.TAG_LIMIT).
+SWEEP_TAG_LIMIT = 5000
+
+
+def parent_params(loaded: LoadedSpec, data_digest: str, sweep: Sweep | None) -> dict[str, Any]:
+    """The parent run's params: the workflow's grid, its data and, for a sweep, what it
+    sweeps."""
+    spec = loaded.spec
+    params: dict[str, Any] = {
+        "workflow": spec.name, "temperature_convention": spec.temperature_convention,
+        "temperatures": list(spec.temperatures), "seeds": list(spec.seeds),
+        "methods": list(spec.methods), "dataset": spec.data.name, "data_digest": data_digest[:16],
+    }
+    if sweep is not None:
+        params.update(swept_keys=list(sweep.keys), variants=len(sweep.variants))
+    return params
+
+
+def open_tracking(
+    tracker: Any, loaded: LoadedSpec, plan: Plan, experiment: str, data_digest: str,
+    sweep: Sweep | None = None,
+) -> TrackingHook:
+    """End stale runs, start the parent run, log the spec(s); the hook for the stages."""
+    spec = loaded.spec
+    end_stale_runs(tracker, experiment)
+    tags = {
+        "bayesflow.role": "parent", "bayesflow.workflow": spec.name,
+        "bayesflow.plan_key": plan.key, **process_tags(),
+    }
+    if sweep is not None:
+        tags["bayesflow.sweep"] = " | ".join(v.label for v in sweep.variants)[:SWEEP_TAG_LIMIT]
+    parent_id = str(tracker.start_run(
+        experiment, f"{spec.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        params=parent_params(loaded, data_digest, sweep), tags=tags,
+    ))
+    tracker.log_text(parent_id, loaded.to_yaml(), "spec/resolved.yaml")
+    variants: dict[str, LoadedSpec] = {}
+    if sweep is not None:
+        variants = {item.label: item.loaded for item in sweep.variants}
+        for item in sweep.variants:
+            tracker.log_text(parent_id, item.loaded.to_yaml(), f"spec/variants/{item.tag}.yaml")
+    return TrackingHook(tracker, loaded, plan, parent_id, experiment, variants=variants)
