@@ -148,7 +148,13 @@ def _grid_targets(out: _Targets, grids: dict[str, Any]) -> None:
             paper["paper_wall_s"],
             "≤ 15",
             paper["paper_wall_s"] <= 15,
-            f"{how}{paper['steps']:,} steps of `fit`, median of {paper['wall']['repeats']}",
+            f"{how}{paper['steps']:,} steps of `fit`, median of {paper['wall']['repeats']}, "
+            f"{paper.get('threads', 1)} torch thread(s) as `bayesflow run` has them here"
+            + (
+                f"; with the contenders' {contender['threads']}: {contender['paper_wall_s']:.1f} s"
+                if (contender := paper.get("at_contender_threads", {})).get("paper_wall_s")
+                else ""
+            ),
         )
 
 
@@ -159,9 +165,14 @@ def _workflow_targets(out: _Targets, workflow: dict[str, Any]) -> None:
         share,
         "≤ 0.10",
         share <= 0.10,
-        f"tracking {workflow['tracking_share']:.1%} (first MLflow call "
-        f"{workflow['tracking_share'] - workflow['tracking_steady_share']:.1%}), plot and "
-        f"report stages {workflow['report_share']:.1%} of {workflow['wall_s']:.0f} s",
+        f"tracking {workflow['tracking_share']:.1%} (waited for; "
+        f"{workflow.get('tracking_overlapped_s', 0.0):.1f} s more on the tracking worker), plot "
+        f"and report stages {workflow['report_share']:.1%} of {workflow['wall_s']:.0f} s"
+        + (
+            f"; by difference from a run without them ({workflow['bare_wall_s']:.0f} s): "
+            f"{workflow['added_share']:.2f}"
+            if "added_share" in workflow else ""
+        ),
     )
     ratio = workflow["rerun_ratio"]
     out.add(

@@ -22,6 +22,10 @@ from typing import Any
 
 import torch
 
+# torch's intra-op threads before any benchmark sets them: what `bayesflow run` uses on
+# this machine (one per core). Cases that measure the machine's wall (Table 3) use it.
+MACHINE_THREADS = torch.get_num_threads()
+
 __all__ = [
     "Settings",
     "Timing",
