@@ -72,6 +72,7 @@ def glm_gradient(problem: Problem) -> GLMGradient | None:
     bias = bias_start is not None
     bernoulli = likelihood.name == "bernoulli"
     buffers: dict[tuple[int, int, torch.dtype, torch.device], Tensor] = {}
+    means: dict[tuple[int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
     # The last shared batch: (inputs, targets, their versions, dtype) -> ([x, 1]ᵀ, y).
     shared_cache: list[Any] = []
 
@@ -83,6 +84,15 @@ def glm_gradient(problem: Problem) -> GLMGradient | None:
             buffers[key] = like.new_zeros(count, 2, size)
         return buffers[key]
 
+    def mean_backward(size: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """The mean's backward, 1/B divided in the outputs' float type, and its negative."""
+        key = (size, like.dtype, like.device)
+        if key not in means:
+            inverse = like.new_ones(()).div_(size)
+            means.clear()
+            means[key] = (inverse, -inverse)
+        return means[key]
+
     def likelihood_terms(
         outputs: Tensor, observed: Tensor, out: Tensor | None
     ) -> tuple[Tensor, Tensor]:
@@ -90,17 +100,15 @@ def glm_gradient(problem: Problem) -> GLMGradient | None:
         (written into ``out`` when given), computed as the reverse pass computes them
         (the same kernels on the same numbers: a shared batch's gradient is the reverse
         pass's to the bit)."""
-        size = outputs.shape[-1]
-        # The mean's backward: 1/B, divided in the outputs' float type.
-        mean = outputs.new_ones(()).div_(size)
+        mean = mean_backward(outputs.shape[-1], outputs)
         if bernoulli:
             value = functional.binary_cross_entropy_with_logits(
                 outputs, observed.expand_as(outputs), reduction="none"
             ).mean(1).neg_()
-            return value, torch.sub(outputs.sigmoid(), observed, out=out).mul_(mean.neg_())
+            return value, torch.sub(outputs.sigmoid(), observed, out=out).mul_(mean[1])
         value = likelihood.log_prob(outputs.unsqueeze(-1), observed.expand_as(outputs)).mean(1)
         residual = (observed - outputs) / likelihood.noise_sd
-        return value, torch.mul(residual, mean, out=out).div_(likelihood.noise_sd)
+        return value, torch.mul(residual, mean[0], out=out).div_(likelihood.noise_sd)
 
     def own_batches(
         params: Tensor, inputs: Tensor, targets: Tensor
