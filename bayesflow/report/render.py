@@ -25,26 +25,30 @@ Where templates are found (:func:`find_template`), in order:
 The kernel runs the same interpreter as bayesflow (``sys.executable``): a kernelspec
 for it is written into a private temporary folder that is put first on
 ``JUPYTER_PATH`` while the notebook runs, so a system-wide ``python3`` kernelspec that
-points at another interpreter (without bayesflow) is never picked.
+points at another interpreter (without bayesflow) is never picked
+(:mod:`bayesflow.report.kernel`). A kernel prestarted there while the fits ran
+(:func:`~bayesflow.report.kernel.prestart`) is used when it is ready, and shut down
+after the notebook ran; otherwise papermill starts one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bayesflow.errors import RegistryError, StageError
+from bayesflow.report import kernel
+from bayesflow.report.kernel import KERNEL_NAME
+from bayesflow.report.kernel import display_name as _display_name
+from bayesflow.report.kernel import private_kernelspec as _private_kernel
 
 __all__ = [
     "KERNEL_NAME",
@@ -57,14 +61,7 @@ __all__ = [
     "template_folders",
 ]
 
-KERNEL_NAME = "bayesflow-python"
-"""Name of the private kernelspec that runs ``sys.executable``."""
-
 TEMPLATE_SUFFIX = ".py"
-
-# JUPYTER_PATH is process-global: two renders in threads of one process must not undo
-# each other's setting.
-_ENVIRONMENT_LOCK = threading.Lock()
 
 
 class ReportError(StageError):
@@ -283,8 +280,10 @@ def _execute(
     with tempfile.TemporaryDirectory(prefix="bayesflow-report-") as scratch:
         input_path = Path(scratch) / f"{template_path.stem}.ipynb"
         jupytext.write(notebook, input_path, fmt="ipynb")
-        with _private_kernel(Path(scratch)):
-            try:
+        # Taken before the kernelspec: a kernel still starting needs JUPYTER_PATH's lock.
+        with kernel.taken() as manager, _private_kernel(Path(scratch)):
+
+            def execute(given: Any) -> Any:
                 return papermill.execute_notebook(
                     input_path,
                     output_path,
@@ -293,7 +292,17 @@ def _execute(
                     language="python",
                     progress_bar=False,
                     execution_timeout=timeout,
+                    # nbclient runs the notebook in a given kernel and leaves it running.
+                    **({} if given is None else {"km": given}),
                 )
+
+            try:
+                try:
+                    return execute(manager)
+                except RuntimeError as exc:
+                    if not kernel.died_before_use(manager, exc):
+                        raise
+                    return execute(None)  # the prestarted kernel died: start one as usual
             except papermill.PapermillExecutionError as exc:
                 raise _cell_error(template_path, failed_path, exc) from exc
             except CellTimeoutError as exc:
@@ -329,44 +338,6 @@ def _cell_error(template_path: Path, failed_path: Path, exc: Any) -> ReportError
         error_name=exc.ename,
         error_value=exc.evalue,
     )
-
-
-@contextlib.contextmanager
-def _private_kernel(folder: Path) -> Iterator[Path]:
-    """Write a kernelspec running ``sys.executable`` and put it first on JUPYTER_PATH.
-
-    Args:
-        folder: a scratch folder; the kernelspec goes to ``kernels/<KERNEL_NAME>``.
-
-    Yields:
-        The kernelspec folder. JUPYTER_PATH is restored on exit.
-    """
-    spec_folder = folder / "kernels" / KERNEL_NAME
-    spec_folder.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--log-level=ERROR"],
-        "display_name": _display_name(),
-        "language": "python",
-        "metadata": {"debugger": False},
-    }
-    (spec_folder / "kernel.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
-    with _ENVIRONMENT_LOCK:
-        previous = os.environ.get("JUPYTER_PATH")
-        os.environ["JUPYTER_PATH"] = os.pathsep.join(
-            [str(folder), *([previous] if previous else [])]
-        )
-        try:
-            yield spec_folder
-        finally:
-            if previous is None:
-                os.environ.pop("JUPYTER_PATH", None)
-            else:
-                os.environ["JUPYTER_PATH"] = previous
-
-
-def _display_name() -> str:
-    version = ".".join(str(part) for part in sys.version_info[:3])
-    return f"bayesflow (Python {version})"
 
 
 def _export_html(notebook: Any, *, title: str, show_code: bool) -> str:
