@@ -29,8 +29,9 @@ form, and a first layer of one output reads ``[w, b]`` against cached ``[x, 1]``
 0.28 → 0.16-0.20 ms per gradient, against the floor's 0.20-0.23 ms. For a one-output
 linear model (logistic and linear regression) under a bernoulli or gaussian likelihood
 there is no reverse pass at all: :mod:`bayesflow.engines.glm` gives the likelihood's
-gradient in closed form, on the reverse pass's numbers (Pima, K = 10,000 chains of their
-own batches of 32: 7.2 → 4.4-4.9 ms per gradient; K = 1 full batch 0.16 → 0.055 ms).
+gradient in closed form, on the reverse pass's numbers (Pima, one thread: K = 10,000
+chains of their own batches of 32, 7.2 → 4.4-4.9 ms per gradient and 6.6 → 4.45 ms per
+SGHMC step; K = 1 full batch 0.16 → 0.043 ms per gradient).
 
 ``compile=True`` (the samplers' and ensembles' ``compile: true``) runs every path as
 ``torch.compile(vmap(grad_and_value(f)))`` instead, which fuses the elementwise work of
