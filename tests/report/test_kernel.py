@@ -5,6 +5,7 @@ Each test starts real Jupyter kernels (a few seconds each)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -16,8 +17,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from bayesflow.errors import StageError
-from bayesflow.report import kernel, render_report
+from bayesflow.report import ReportError, kernel, render_report
 
 WARM_TEMPLATE = """\
 # %% tags=["parameters"]
@@ -131,12 +131,12 @@ def test_failing_cell_in_a_prestarted_kernel(tmp_path: Path, taken: list[Any]) -
     """A cell that raises gives the error a fresh kernel gives, naming the cell and the
     kept notebook, and the kernel process is gone after."""
     template = _template(tmp_path, FAILING_TEMPLATE, "failing")
-    with pytest.raises(StageError) as fresh:
+    with pytest.raises(ReportError) as fresh:
         render_report(template, {}, tmp_path / "out", name="failing")
     kernel.prestart()
     pid = _ready_pid()
 
-    with pytest.raises(StageError, match=r"cell 1 \(In \[2\]\) raised KeyError: 'no column test_nll'") as caught:
+    with pytest.raises(ReportError, match=r"cell 1 \(In \[2\]\) raised KeyError: 'no column test_nll'") as caught:
         render_report(template, {}, tmp_path / "out", name="failing")
 
     assert taken[1] is not None
@@ -212,3 +212,36 @@ def test_unused_prestarted_kernel_is_shut_down_at_exit(tmp_path: Path, ending: s
     assert finished.stderr.count("Traceback") == (ending == "interrupted"), finished.stderr
     pid = int(finished.stdout.split()[0])
     assert not _running(pid)
+
+
+def test_a_forked_child_leaves_the_parents_kernel_alone() -> None:
+    """A child forked from a process with a prestarted kernel (a user's model may fork)
+    does not kill the parent's kernel at its exit."""
+    kernel.prestart()
+    pid = _ready_pid()
+    child = os.fork()
+    if child == 0:  # the child runs the exit handler, then leaves without pytest's
+        kernel._shutdown_all()
+        os._exit(0)
+    os.waitpid(child, 0)
+
+    assert _running(pid)
+    manager = kernel.take()
+    assert manager is not None
+    kernel.shutdown(manager)
+    assert not _running(pid)
+
+
+def test_a_kernel_not_ready_in_time_is_shut_down_by_its_thread() -> None:
+    """take() that gives up waiting returns None, and the kernel, once started, is shut
+    down by the thread that started it."""
+    kernel.prestart()
+    pending = kernel._pending
+    assert pending is not None
+
+    assert kernel.take(timeout=0) is None
+
+    assert pending.done.wait(kernel.START_TIMEOUT) and pending.abandoned
+    process = pending.manager.provisioner.process if pending.manager is not None else None
+    assert process is None or not _running(process.pid)
+    assert kernel.take() is None
