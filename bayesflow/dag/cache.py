@@ -201,6 +201,10 @@ class Cache:
 
     # ---------------------------------------------------------------------- entries
 
+    def holds(self, key: str) -> bool:
+        """Whether an entry of ``key`` exists (not checked: :meth:`get` checks it)."""
+        return self._folder(key).exists()
+
     def get(self, key: str) -> Entry | None:
         """The finished entry of ``key``; None when there is none or it cannot be trusted
         (then a :class:`CacheWarning` names the file at fault)."""
