@@ -245,6 +245,7 @@ def run(
         hooks: extra hooks (e.g. a progress display).
         tracker: a tracker to use instead of MLflow at the spec's URI (tests).
     """
+    from bayesflow.report.kernel import prestarted
     from bayesflow.stages import StageRunner
     from bayesflow.tracking.background import BackgroundHook
     from bayesflow.tracking.session import open_tracking
@@ -264,16 +265,18 @@ def run(
     logging = BackgroundHook(functools.partial(
         open_tracking, tracker, loaded, the_plan, experiment, dataset.digest, sweep))
     cache = Cache(spec.execution.cache_dir)
-    _prestart_report_kernel(the_plan, cache, force)
     runner: Any = StageRunner(loaded, dataset)
     if sweep is not None:  # each variant's stages run on its own spec and data
         runner = variant_runner(sweep, prepared.datasets)
     going = spec.execution.keep_going if keep_going is None else keep_going
     backend = _backend(loaded, runner)
     try:
-        outcome = execute(
-            the_plan, runner, cache, [logging, *hooks], executor=backend, keep_going=going, force=force
-        )
+        # The report's kernel starts now, while the fits run (report/kernel.py).
+        with prestarted(_report_renders(the_plan, cache, force)):
+            outcome = execute(
+                the_plan, runner, cache, [logging, *hooks], executor=backend, keep_going=going,
+                force=force,
+            )
         logging.close()
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):  # already logged what it could; stop it
@@ -304,14 +307,10 @@ def run(
     )
 
 
-def _prestart_report_kernel(the_plan: Plan, cache: Cache, force: Sequence[str] | bool) -> None:
-    """Start the report's Jupyter kernel now, while the fits run, when a report stage will
-    render (report/kernel.py: about 3 s of the report stage move off the critical path)."""
+def _report_renders(the_plan: Plan, cache: Cache, force: Sequence[str] | bool) -> bool:
+    """Whether a report stage will render (one not cached, or forced)."""
     reports = [stage for stage in the_plan.stages.values() if stage.kind == "report"]
-    if reports and (force or not all(cache.holds(stage.key) for stage in reports)):
-        from bayesflow.report.kernel import prestart
-
-        prestart()
+    return bool(reports) and (bool(force) or not all(cache.holds(stage.key) for stage in reports))
 
 
 def _fill_report_folder(the_plan: Plan, outcome: Outcome, folder: Path) -> None:

@@ -40,8 +40,10 @@ __all__ = [
     "KERNEL_NAME",
     "WARM_MODULES",
     "died_before_use",
+    "discard",
     "display_name",
     "prestart",
+    "prestarted",
     "private_kernelspec",
     "shutdown",
     "take",
@@ -165,6 +167,31 @@ def take(timeout: float = START_TIMEOUT) -> Any | None:
         shutdown(manager)
         return None
     return manager
+
+
+def discard() -> None:
+    """Shut down a prestarted kernel that no report took (a run whose report stage did
+    not render: an earlier stage failed, or Ctrl-C); returns at once (a kernel still
+    starting is shut down by its own thread)."""
+    global _pending
+    with _LOCK:
+        pending, _pending = _pending, None
+    if pending is None or pending.abandon():
+        return
+    if pending.manager is not None and not pending.failed:
+        shutdown(pending.manager)
+
+
+@contextlib.contextmanager
+def prestarted(wanted: bool) -> Iterator[None]:
+    """:func:`prestart` when ``wanted``; :func:`discard` what no report took when the
+    block ends, however it ends."""
+    if wanted:
+        prestart()
+    try:
+        yield
+    finally:
+        discard()
 
 
 @contextlib.contextmanager

@@ -245,3 +245,22 @@ def test_a_kernel_not_ready_in_time_is_shut_down_by_its_thread() -> None:
     process = pending.manager.provisioner.process if pending.manager is not None else None
     assert process is None or not _running(process.pid)
     assert kernel.take() is None
+
+
+def test_a_kernel_no_report_took_is_discarded_when_the_run_ends() -> None:
+    """prestarted(True): a run whose report did not render (a stage failed, Ctrl-C)
+    leaves no kernel behind, whether it was ready or still starting when the run ended."""
+    with pytest.raises(KeyboardInterrupt), kernel.prestarted(True):
+        pid = _ready_pid()
+        raise KeyboardInterrupt
+    assert not _running(pid) and kernel._pending is None
+
+    with kernel.prestarted(True):
+        pending = kernel._pending
+        assert pending is not None
+    assert pending.done.wait(kernel.START_TIMEOUT)
+    process = pending.manager.provisioner.process if pending.manager is not None else None
+    assert process is None or not _running(process.pid)
+
+    with kernel.prestarted(False):
+        assert kernel._pending is None
