@@ -248,7 +248,9 @@ def run(
     from bayesflow.report.kernel import prestarted
     from bayesflow.stages import StageRunner
     from bayesflow.tracking.background import BackgroundHook
-    from bayesflow.tracking.session import open_tracking
+    from bayesflow.tracking.hook import process_tags
+    from bayesflow.tracking.session import end_own_runs, finish_tracking, open_tracking, worker_is_process
+    from bayesflow.tracking.uri import probe_server
 
     began = time.perf_counter()
     prepared = prepare(workflow)
@@ -260,10 +262,12 @@ def run(
         tracker = MlflowTracker(tracking_uri_of(loaded))
     experiment = spec.tracking.experiment or spec.name
     sweep = prepared.sweep
+    probe_server(str(getattr(tracker, "uri", "")))  # a server that does not answer: before any stage
     # The store is opened and every MLflow call made on a worker thread while the stages
     # compute (tracking is a sink: tracking/background.py, tracking/session.py).
     logging = BackgroundHook(functools.partial(
-        open_tracking, tracker, loaded, the_plan, experiment, dataset.digest, sweep))
+        open_tracking, tracker, loaded, the_plan, experiment, dataset.digest, sweep, process_tags()),
+        process=worker_is_process(tracker))
     cache = Cache(spec.execution.cache_dir)
     runner: Any = StageRunner(loaded, dataset)
     if sweep is not None:  # each variant's stages run on its own spec and data
@@ -277,33 +281,28 @@ def run(
                 the_plan, runner, cache, [logging, *hooks], executor=backend, keep_going=going,
                 force=force,
             )
-        logging.close()
+        parent_id, runs = logging.finish(finish_tracking, {
+            "stages_failed": float(len(outcome.failed)),
+            "stages_cached": float(sum(s == "cached" for s in outcome.status.values())),
+            "wall_seconds": time.perf_counter() - began,
+        }, "FINISHED" if outcome.ok else "FAILED")
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):  # already logged what it could; stop it
             logging.close()
-        _end_own_runs(tracker, experiment, "KILLED")
+        end_own_runs(tracker, experiment, "KILLED")
         raise
     except BaseException:
         # Every run this process opened (the parent, a fit whose logging failed half-way)
         # ends FAILED; when the store itself is what failed, the next run ends them as stale.
-        for ending in (logging.close, lambda: _end_own_runs(tracker, experiment, "FAILED")):
+        for ending in (logging.close, lambda: end_own_runs(tracker, experiment, "FAILED")):
             with contextlib.suppress(Exception):  # the error being raised matters more
                 ending()
         raise
-    tracking = logging.hook
-    parent_id = tracking.parent_id
     report_dir = report_folder(spec.report.output_dir, spec.name, parent_id)
     _fill_report_folder(the_plan, outcome, report_dir)
-    tracking.publish_stages()
-    tracker.log_batch(parent_id, metrics={
-        "stages_failed": float(len(outcome.failed)),
-        "stages_cached": float(sum(s == "cached" for s in outcome.status.values())),
-        "wall_seconds": time.perf_counter() - began,
-    })
-    tracker.end_run(parent_id, "FINISHED" if outcome.ok else "FAILED")
     return RunResult(
         parent_id, tracker.uri, experiment, outcome, report_dir,
-        time.perf_counter() - began, dict(tracking.runs), the_plan,
+        time.perf_counter() - began, runs, the_plan,
     )
 
 
@@ -332,18 +331,6 @@ def _fill_report_folder(the_plan: Plan, outcome: Outcome, folder: Path) -> None:
         for source, target in files:
             target.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target / source.name)
-
-
-def _end_own_runs(tracker: Any, experiment: str, status: str) -> None:
-    """End every run this process left RUNNING (an interrupt can land between a run's
-    creation and its end, wherever that is)."""
-    import os
-
-    for record in tracker.search_runs(experiment, status="RUNNING"):
-        if record.tags.get("bayesflow.pid") == str(os.getpid()):
-            if status == "KILLED":
-                tracker.set_tags(record.run_id, {"bayesflow.error": "interrupted"})
-            tracker.end_run(record.run_id, status)
 
 
 def _backend(loaded: LoadedSpec, runner: Any) -> Any:

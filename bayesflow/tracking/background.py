@@ -1,115 +1,244 @@
-"""A hook whose calls run on a worker thread, in order, while the stages go on.
+"""A hook whose calls run on a worker, in order, while the stages go on.
 
 The tracking hook (:class:`~bayesflow.tracking.hook.TrackingHook`) is a sink: nothing it
 writes is read back to compute a stage. Its MLflow calls (a child run per fit with its
-params, metrics, histories, posterior and pyfunc model; 43 runs and ~170 calls in the
-default workflow, 25-45 ms each on a SQLite store) need not hold up the next fit, so
-:class:`BackgroundHook` hands each hook call to one worker thread and returns at once.
-The worker makes the calls in the order the scheduler made them, so the store sees
-exactly the sequence a synchronous hook would write.
+params, metrics, histories, posterior and pyfunc model; 43 runs and ~260 calls in the
+default workflow, 10-80 ms each on a SQLite store) need not hold up the next fit, so
+:class:`BackgroundHook` hands each hook call to one worker and returns at once. The worker
+makes the calls in the order the scheduler made them, so the store sees exactly the
+sequence a synchronous hook would write.
 
-- **Errors.** The first exception a call raises is kept; later calls are skipped (a
-  failed store would fail them too) and the error is raised in the scheduling thread at
-  its next hook call or at :meth:`BackgroundHook.close`, which ends the run the same way
-  a synchronous hook's error did (``bayesflow.api.run`` ends its runs FAILED).
+- **Where.** ``process=True`` (``bayesflow run`` with an MLflow store): a spawned process,
+  which imports mlflow and writes the store on the machine's other core. A thread would
+  share the interpreter: its Python (SQLAlchemy, the pyfunc model) took the GIL from the
+  fits' Python between torch kernels, and the default workflow's fit and evaluate stages
+  ran ~10% slower (measured). ``process=False``: a thread, for trackers that live in
+  this process (the in-memory tracker of the tests, a wrapping tracker of the
+  benchmarks).
+- **Opening.** The hook itself is made on the worker, first (``open_hook``, which must
+  pickle for a process: :func:`bayesflow.tracking.session.open_tracking` bound to its
+  arguments): the store is opened and the parent run started there, while the first
+  stages compute.
+- **Errors.** The first exception the worker meets is kept and later calls are skipped
+  (a failed store would fail them too); the scheduling thread raises it at its next hook
+  call (as soon as the worker has reported it) or at :meth:`BackgroundHook.wait`, which
+  ends the run the way a synchronous hook's error did (``bayesflow.api.run`` ends its
+  runs FAILED). From a process, an error that does not pickle comes as a
+  :class:`~bayesflow.errors.TrackingError` with its message.
 - **Interrupts.** ``on_interrupt`` first waits for every queued call (each one logs a
-  stage that had finished: nothing is dropped), then calls the hook's own.
-- **Opening.** The hook itself is made on the worker, first (``open_hook``): the tracking
-  store is opened and the parent run started there, while the first stages compute.
-- **Closing.** :meth:`BackgroundHook.close` waits for the queue to empty and stops the
-  worker; the wrapped hook's attributes (``runs``, ``status``) are then final.
-
-The worker is a daemon thread: an interpreter that exits without ``close`` (a crash in
-the scheduler) does not hang on it; the next run ends any run left RUNNING as stale.
+  stage that had finished: nothing is dropped), then calls the hook's own. The worker
+  process ignores SIGINT, so the Ctrl-C that reaches the whole process group does not
+  cut its calls short.
+- **Finishing.** :meth:`BackgroundHook.finish` runs one last function on the worker's hook
+  after every queued call (publishing the stages, ending the parent run) and stops the
+  worker; :meth:`BackgroundHook.close` stops it without one. A process whose parent dies
+  sees its pipe close and exits; the next run ends any run left RUNNING as stale.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import pickle
 import queue
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["BackgroundHook"]
 
+Message = tuple[str, Any]
+
+
+def portable(error: BaseException) -> BaseException:
+    """``error`` if it pickles (and unpickles), else a TrackingError with its message."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - any failure to round-trip
+        from bayesflow.errors import TrackingError
+        from bayesflow.stages.context import describe_error
+
+        return TrackingError(f"the tracking worker failed: {describe_error(error)}")
+    return error
+
+
+def serve(open_hook: Callable[[], Any], receive: Callable[[], Message | None],
+          send: Callable[[Message], None], in_process: bool = False) -> None:
+    """The worker's loop (a thread's or a process's): open the hook, then run messages.
+
+    ``("call", (method, args, kwargs))`` calls a hook method; ``("run", (function, args,
+    stop))`` replies ``("done", function(hook, *args))`` (``function`` None: nothing to
+    run) and returns when ``stop``. The first error is sent as ``("error", error)`` once.
+    """
+    if in_process:  # Ctrl-C is the scheduling process's to handle: it waits for us
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    hook, failed = None, False
+
+    def fail(error: BaseException) -> None:
+        nonlocal failed
+        failed = True
+        send(("error", portable(error) if in_process else error))
+
+    try:
+        hook = open_hook()
+    except BaseException as error:  # noqa: BLE001 - raised in the scheduling thread
+        fail(error)
+    while True:
+        message = receive()
+        if message is None:  # the scheduling process is gone
+            return
+        kind, body = message
+        if kind == "call" and not failed:
+            method, args, kwargs = body
+            try:
+                getattr(hook, method)(*args, **kwargs)
+            except BaseException as error:  # noqa: BLE001
+                fail(error)
+        elif kind == "run":
+            function, args, stop = body
+            result = None
+            if function is not None and not failed:
+                try:
+                    result = function(hook, *args)
+                except BaseException as error:  # noqa: BLE001
+                    fail(error)
+            send(("done", result))
+            if stop:
+                return
+
 
 class BackgroundHook:
-    """Runs ``hook``'s ``before_stage``, ``after_stage`` and ``on_failure`` on one worker
-    thread, in call order (module docstring).
+    """Runs a hook's ``before_stage``, ``after_stage`` and ``on_failure`` on one worker,
+    in call order (module docstring).
 
     Args:
-        open_hook: called first, on the worker, to make the hook (opening the store and
-            starting the parent run there: :func:`bayesflow.tracking.session.open_tracking`).
-            An error it raises is the first error.
-        name: the worker thread's name.
-
-    Attributes:
-        hook: the hook ``open_hook`` returned; read it after :meth:`close`.
+        open_hook: called first, on the worker, to make the hook; an error it raises is
+            the first error.
+        process: a spawned process (``open_hook`` and every call's arguments must
+            pickle) rather than a thread.
+        name: the worker's name.
     """
 
-    def __init__(self, open_hook: Callable[[], Any], name: str = "bayesflow-tracking") -> None:
-        self.hook: Any = None
-        self._open_hook = open_hook
-        self._calls: queue.SimpleQueue[tuple[str, tuple[Any, ...], dict[str, Any]] | threading.Event | None] = (
-            queue.SimpleQueue()
-        )
+    def __init__(self, open_hook: Callable[[], Any], process: bool = False,
+                 name: str = "bayesflow-tracking") -> None:
         self._error: BaseException | None = None
         self._raised = False
-        self._closed = False
-        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
-        self._thread.start()
+        self._stopped = False
+        self._process = process
+        if process:
+            context = multiprocessing.get_context("spawn")
+            ours, theirs = context.Pipe()
+            self._send: Callable[[Message], None] = ours.send
+            self._poll: Callable[[float | None], Message | None] = lambda timeout: (
+                ours.recv() if ours.poll(timeout) else None
+            )
+            self._worker: Any = context.Process(
+                target=_serve_process, args=(open_hook, theirs), name=name, daemon=True
+            )
+            self._worker.start()
+            theirs.close()
+        else:
+            inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
+            outbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
+            self._send = inbox.put
 
-    def _work(self) -> None:
-        try:
-            self.hook = self._open_hook()
-        except BaseException as error:  # noqa: BLE001 - raised in the scheduling thread
-            self._error = error
-        while True:
-            item = self._calls.get()
-            if item is None:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            if self._error is not None:
-                continue  # a failed store fails what follows; the first error is raised
-            method, args, kwargs = item
-            try:
-                getattr(self.hook, method)(*args, **kwargs)
-            except BaseException as error:  # noqa: BLE001 - raised in the scheduling thread
-                self._error = error
+            def poll(timeout: float | None) -> Message | None:
+                try:
+                    return outbox.get(block=timeout != 0, timeout=timeout or None)
+                except queue.Empty:
+                    return None
 
-    def _put(self, method: str, *args: Any, **kwargs: Any) -> None:
-        self._raise()
-        if self._closed:
-            raise RuntimeError("BackgroundHook: a call after close()")
-        self._calls.put((method, args, kwargs))
+            self._poll = poll
+            self._worker = threading.Thread(
+                target=serve, args=(open_hook, inbox.get, outbox.put), name=name, daemon=True
+            )
+            self._worker.start()
+
+    # ------------------------------------------------------------------ internals
+
+    def _take_error(self, message: Message) -> None:
+        if message[0] == "error" and self._error is None:
+            self._error = message[1]
 
     def _raise(self) -> None:
         if self._error is not None and not self._raised:
             self._raised = True
-            if not self._closed:
-                self._closed = True
-                self._calls.put(None)
+            self._stop()
             raise self._error
+
+    def _stop(self) -> None:
+        """Stop the worker (after what is queued) without waiting for a result."""
+        if not self._stopped:
+            self._stopped = True
+            self._request(None, (), stop=True)
+            self._worker.join()
+
+    def _request(self, function: Callable[..., Any] | None, args: tuple[Any, ...], stop: bool) -> Any:
+        """Send a ``run`` message and wait for its ``done``; errors are kept."""
+        try:
+            self._send(("run", (function, args, stop)))
+        except (BrokenPipeError, EOFError, OSError):  # the worker is gone
+            self._worker_died()
+            return None
+        while True:
+            try:
+                message = self._poll(None)
+            except (EOFError, OSError):  # the worker died without replying
+                self._worker_died()
+                return None
+            if message is None:
+                continue
+            if message[0] == "done":
+                return message[1]
+            self._take_error(message)
+
+    def _worker_died(self) -> None:
+        if self._error is None:
+            from bayesflow.errors import TrackingError
+
+            self._error = TrackingError("the tracking worker process ended unexpectedly")
+
+    def _put(self, method: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            while (message := self._poll(0)) is not None:  # an error reported meanwhile
+                self._take_error(message)
+        except (EOFError, OSError):
+            self._worker_died()
+        self._raise()
+        if self._stopped:
+            raise RuntimeError("BackgroundHook: a call after close()")
+        try:
+            self._send(("call", (method, args, kwargs)))
+        except (BrokenPipeError, OSError):  # the worker is gone
+            self._worker_died()
+            self._raise()
+
+    # ------------------------------------------------------------------ control
 
     def wait(self) -> None:
         """Block until every call queued so far has run; raise the first error."""
-        if not self._closed and self._thread.is_alive():
-            done = threading.Event()
-            self._calls.put(done)
-            done.wait()
+        if not self._stopped:
+            self._request(None, (), stop=False)
         self._raise()
+
+    def finish(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(hook, *args)`` on the worker after every queued call, then stop the
+        worker; its result (it must pickle from a process). Raises the first error."""
+        if self._stopped:
+            self._raise()
+            raise RuntimeError("BackgroundHook: finish() after close()")
+        result = self._request(function, args, stop=True)
+        self._stopped = True
+        self._worker.join()
+        self._raise()
+        return result
 
     def close(self) -> None:
         """Wait for every queued call, stop the worker and raise the first error."""
         try:
             self.wait()
         finally:
-            if not self._closed:
-                self._closed = True
-                self._calls.put(None)
-            self._thread.join()
+            self._stop()
 
     # ------------------------------------------------------------ the Hook protocol
 
@@ -120,12 +249,26 @@ class BackgroundHook:
         self._put("after_stage", stage, entry, cached=cached)
 
     def on_failure(self, stage: Any, error: BaseException, detail: str) -> None:
-        self._put("on_failure", stage, error, detail)
+        self._put("on_failure", stage, portable(error) if self._process else error, detail)
 
     def on_interrupt(self, stage: Any) -> None:
         """Every finished stage is logged first, then the hook's own ``on_interrupt``."""
+        if not self._stopped:
+            self._request(_interrupt, (stage,), stop=False)
+        self._raise()
+
+
+def _interrupt(hook: Any, stage: Any) -> None:
+    hook.on_interrupt(stage)
+
+
+def _serve_process(open_hook: Callable[[], Any], connection: Any) -> None:
+    """A spawned process's entry: :func:`serve` over its end of the pipe."""
+
+    def receive() -> Message | None:
         try:
-            self.wait()
-        finally:
-            if self.hook is not None:
-                self.hook.on_interrupt(stage)
+            return connection.recv()  # type: ignore[no-any-return]
+        except (EOFError, OSError):
+            return None
+
+    serve(open_hook, receive, connection.send, in_process=True)

@@ -190,11 +190,13 @@ class TrackingHook:
 
     def __init__(
         self, tracker: Any, loaded: LoadedSpec, plan: Plan, parent_id: str, experiment: str,
-        variants: dict[str, LoadedSpec] | None = None,
+        variants: dict[str, LoadedSpec] | None = None, process: dict[str, str] | None = None,
     ) -> None:
         """``variants``: a sweep's specs by variant label (a stage's params and model come
-        from its variant's spec)."""
+        from its variant's spec); ``process``: the :func:`process_tags` of the process that
+        runs the stages (default: this one's; the tracking worker is given its owner's)."""
         self.tracker = tracker
+        self.process = process or process_tags()
         self.loaded = loaded
         self.variants = variants or {}
         self.plan = plan
@@ -220,7 +222,7 @@ class TrackingHook:
             "bayesflow.stage_key": stage.key,
             "bayesflow.role": "fit",
             **(variant if stage.swept else {}),
-            **process_tags(),
+            **self.process,
         }
 
     def _start(

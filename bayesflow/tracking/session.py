@@ -5,14 +5,15 @@ stage's artefact exists: it ends runs an earlier process left RUNNING
 (:func:`~bayesflow.tracking.hook.end_stale_runs`), starts the parent run with the
 workflow's params and tags, logs the resolved spec (and each sweep variant's), and
 returns the :class:`~bayesflow.tracking.hook.TrackingHook` that logs every stage under
-that parent. ``bayesflow.api.run`` calls it on the tracking worker
-(:class:`~bayesflow.tracking.background.BackgroundHook`), so importing mlflow and
-opening (or creating) the store overlap the first stages instead of preceding them;
-nothing the stages compute depends on it.
+that parent; :func:`finish_tracking` closes it. ``bayesflow.api.run`` calls both on the
+tracking worker (:class:`~bayesflow.tracking.background.BackgroundHook`), so importing
+mlflow and opening (or creating) the store overlap the first stages instead of
+preceding them; nothing the stages compute depends on it.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from bayesflow.spec.load import LoadedSpec
     from bayesflow.spec.sweep import Sweep
 
-__all__ = ["open_tracking", "parent_params"]
+__all__ = ["end_own_runs", "finish_tracking", "open_tracking", "parent_params", "worker_is_process"]
 
 # MLflow keeps tag values up to 5,000 characters (hook.TAG_LIMIT).
 SWEEP_TAG_LIMIT = 5000
@@ -45,14 +46,20 @@ def parent_params(loaded: LoadedSpec, data_digest: str, sweep: Sweep | None) -> 
 
 def open_tracking(
     tracker: Any, loaded: LoadedSpec, plan: Plan, experiment: str, data_digest: str,
-    sweep: Sweep | None = None,
+    sweep: Sweep | None = None, process: dict[str, str] | None = None,
 ) -> TrackingHook:
-    """End stale runs, start the parent run, log the spec(s); the hook for the stages."""
+    """End stale runs, start the parent run, log the spec(s); the hook for the stages.
+
+    ``process``: the :func:`~bayesflow.tracking.hook.process_tags` of the process that
+    runs the stages (a worker process passes its owner's: ``bayesflow.pid`` names the
+    process whose Ctrl-C ends these runs and whose death makes them stale).
+    """
     spec = loaded.spec
+    process = process or process_tags()
     end_stale_runs(tracker, experiment)
     tags = {
         "bayesflow.role": "parent", "bayesflow.workflow": spec.name,
-        "bayesflow.plan_key": plan.key, **process_tags(),
+        "bayesflow.plan_key": plan.key, **process,
     }
     if sweep is not None:
         tags["bayesflow.sweep"] = " | ".join(v.label for v in sweep.variants)[:SWEEP_TAG_LIMIT]
@@ -66,4 +73,32 @@ def open_tracking(
         variants = {item.label: item.loaded for item in sweep.variants}
         for item in sweep.variants:
             tracker.log_text(parent_id, item.loaded.to_yaml(), f"spec/variants/{item.tag}.yaml")
-    return TrackingHook(tracker, loaded, plan, parent_id, experiment, variants=variants)
+    return TrackingHook(tracker, loaded, plan, parent_id, experiment, variants=variants, process=process)
+
+
+def finish_tracking(
+    hook: TrackingHook, metrics: dict[str, float], status: str
+) -> tuple[str, dict[str, str]]:
+    """Publish which run holds each fit, log the parent's ``metrics`` and end it with
+    ``status``; the parent run's id and each fit stage's run id."""
+    hook.publish_stages()
+    hook.tracker.log_batch(hook.parent_id, metrics=metrics)
+    hook.tracker.end_run(hook.parent_id, status)
+    return hook.parent_id, dict(hook.runs)
+
+
+def worker_is_process(tracker: Any) -> bool:
+    """An MLflow store is written from a worker process unless BAYESFLOW_TRACKING_WORKER
+    is ``thread`` (tracking/background.py); other trackers live in this process."""
+    worker = os.environ.get("BAYESFLOW_TRACKING_WORKER", "process")
+    return worker != "thread" and type(tracker).__name__ == "MlflowTracker"
+
+
+def end_own_runs(tracker: Any, experiment: str, status: str) -> None:
+    """End every run this process left RUNNING (an interrupt can land between a run's
+    creation and its end, wherever that is)."""
+    for record in tracker.search_runs(experiment, status="RUNNING"):
+        if record.tags.get("bayesflow.pid") == str(os.getpid()):
+            if status == "KILLED":
+                tracker.set_tags(record.run_id, {"bayesflow.error": "interrupted"})
+            tracker.end_run(record.run_id, status)

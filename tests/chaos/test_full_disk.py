@@ -57,8 +57,11 @@ def fill_stage_files(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fill_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Posteriors cannot be logged (the spec, logged at the start, still can)."""
+    """Posteriors cannot be logged (the spec, logged at the start, still can); the patch
+    is in this process, so the MLflow calls are made from a thread here, not a process."""
     from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("BAYESFLOW_TRACKING_WORKER", "thread")
 
     real = MlflowClient.log_artifact
 

@@ -1,17 +1,22 @@
-"""BackgroundHook: the hook's calls on a worker thread, in order, errors raised after."""
+"""BackgroundHook: the hook's calls on a worker (thread or process), in order, errors after."""
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bayesflow.errors import TrackingError
 from bayesflow.tracking.background import BackgroundHook
 
 
 class Recorder:
-    """A hook that records its calls and the thread that made them; may fail or stall."""
+    """A hook that records its calls and the thread that made them; may fail or wait."""
 
     def __init__(self, fail_on: str | None = None, gate: threading.Event | None = None) -> None:
         self.calls: list[tuple[str, Any]] = []
@@ -40,6 +45,43 @@ class Recorder:
         self.interrupted.append((stage, list(self.calls)))
 
 
+class FileRecorder:
+    """A hook for a worker process: appends each call, with the process id, to a file."""
+
+    def __init__(self, path: str, fail_on: str | None = None) -> None:
+        self.path, self.fail_on = path, fail_on
+
+    def _record(self, *call: Any) -> None:
+        if call[1] == self.fail_on:
+            raise UnpicklableError(f"the store failed on {call[1]}")
+        with open(self.path, "a", encoding="utf-8") as file:
+            file.write(json.dumps([os.getpid(), *call]) + "\n")
+
+    def before_stage(self, stage: Any) -> None:
+        self._record("before", stage)
+
+    def after_stage(self, stage: Any, entry: Any, cached: bool) -> None:
+        self._record("after", stage, entry, cached)
+
+    def on_failure(self, stage: Any, error: BaseException, detail: str) -> None:
+        self._record("failure", stage, f"{type(error).__name__}: {error}", detail)
+
+    def on_interrupt(self, stage: Any) -> None:
+        self._record("interrupt", stage)
+
+
+class UnpicklableError(Exception):
+    """An error whose constructor takes two arguments: it does not unpickle."""
+
+    def __init__(self, message: str, extra: object = None) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()  # and a lock does not pickle
+
+
+def summary(hook: FileRecorder, prefix: str) -> str:
+    return f"{prefix}: {Path(hook.path).read_text().count(chr(10))} calls"
+
+
 def test_calls_run_on_the_worker_in_order_and_close_waits_for_them() -> None:
     gate = threading.Event()
     recorder = Recorder(gate=gate)
@@ -58,7 +100,7 @@ def test_calls_run_on_the_worker_in_order_and_close_waits_for_them() -> None:
     ] + [("failure", ("bad", "boom", "trace"))]
     assert recorder.calls == expected
     assert recorder.threads == {"bayesflow-tracking"}
-    assert not hook._thread.is_alive()
+    assert not hook._worker.is_alive()
 
 
 def test_the_first_error_is_raised_at_the_next_call_and_later_calls_are_skipped() -> None:
@@ -74,15 +116,23 @@ def test_the_first_error_is_raised_at_the_next_call_and_later_calls_are_skipped(
         hook.before_stage("s3")
     hook.close()  # the error was raised once; closing again is quiet
     assert recorder.calls == [("before", "s0")]
-    assert not hook._thread.is_alive()
+    assert not hook._worker.is_alive()
 
 
-def test_an_error_surfaces_at_close() -> None:
+def test_an_error_surfaces_at_close_and_finish_runs_after_every_call() -> None:
     hook = BackgroundHook(lambda: Recorder(fail_on="last"))
     hook.before_stage("last")
     with pytest.raises(OSError, match="failed on last"):
         hook.close()
-    assert not hook._thread.is_alive()
+    assert not hook._worker.is_alive()
+
+    recorder = Recorder()
+    hook = BackgroundHook(lambda: recorder)
+    hook.after_stage("s0", None, cached=True)
+    assert hook.finish(lambda inner, suffix: [*inner.calls, suffix], "end") == [
+        ("after", ("s0", None, True)), "end"
+    ]
+    assert not hook._worker.is_alive()
 
 
 def test_an_interrupt_logs_every_finished_stage_first() -> None:
@@ -109,4 +159,47 @@ def test_a_hook_that_cannot_be_opened_fails_the_next_call() -> None:
         hook.wait()
     hook.on_interrupt(None)  # nothing to tell: no hook was made
     hook.close()
-    assert hook.hook is None
+
+
+def test_a_worker_process_makes_the_calls_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    hook = BackgroundHook(functools.partial(FileRecorder, str(path)), process=True)
+    for index in range(10):
+        hook.before_stage(f"s{index}")
+        hook.after_stage(f"s{index}", {"entry": index}, cached=False)
+    hook.on_failure("bad", UnpicklableError("no pickle"), "trace")
+    hook.on_interrupt("s10")
+    assert hook.finish(summary, "done") == "done: 22 calls"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {line[0] for line in lines} == {hook._worker.pid} != {os.getpid()}
+    assert [line[1:] for line in lines] == [
+        call for index in range(10)
+        for call in (["before", f"s{index}"], ["after", f"s{index}", {"entry": index}, False])
+    ] + [
+        ["failure", "bad", "TrackingError: the tracking worker failed: UnpicklableError: no pickle", "trace"],
+        ["interrupt", "s10"],
+    ]
+    assert hook._worker.exitcode == 0
+
+
+def test_a_worker_process_error_comes_back_as_a_tracking_error(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    hook = BackgroundHook(functools.partial(FileRecorder, str(path), fail_on="s1"), process=True)
+    hook.before_stage("s0")
+    hook.before_stage("s1")
+    hook.before_stage("s2")
+    with pytest.raises(TrackingError, match="UnpicklableError: the store failed on s1"):
+        hook.wait()
+    hook.close()
+    assert [json.loads(line)[1:] for line in path.read_text().splitlines()] == [["before", "s0"]]
+    assert hook._worker.exitcode == 0
+
+
+def test_a_worker_process_that_dies_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    hook = BackgroundHook(functools.partial(FileRecorder, str(tmp_path / "calls.jsonl")), process=True)
+    hook.wait()
+    hook._worker.kill()
+    hook._worker.join()
+    with pytest.raises(TrackingError, match="ended unexpectedly"):
+        hook.after_stage("s0", None, cached=False)
+    hook.close()
