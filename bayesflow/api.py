@@ -125,7 +125,7 @@ class Prepared:
     datasets: dict[str, Dataset] = field(default_factory=dict)
 
 
-def prepare(loaded: Workflow | Prepared) -> Prepared:
+def prepare(loaded: Workflow | Prepared | str | Path) -> Prepared:
     """Load and check the data of ``loaded`` and plan it, once, for :func:`run` and
     :func:`plan_table` to share (a :class:`Prepared` is returned as it is). A sweep's
     data are loaded once per distinct ``data`` block.
@@ -135,6 +135,8 @@ def prepare(loaded: Workflow | Prepared) -> Prepared:
     """
     if isinstance(loaded, Prepared):
         return loaded
+    if isinstance(loaded, (str, Path)):  # bayesflow.run("spec.yaml"): the spec as written
+        loaded = load(loaded)
     if isinstance(loaded, Sweep):
         the_plan, datasets = plan_variants(loaded, code_digests(loaded.first))
         return Prepared(loaded.first, datasets[loaded.variants[0].label], the_plan, loaded, datasets)
@@ -142,15 +144,17 @@ def prepare(loaded: Workflow | Prepared) -> Prepared:
     return Prepared(loaded, dataset, plan_workflow(loaded.spec, dataset.digest, code_digests(loaded)))
 
 
-def _cache_folder(workflow: Workflow | Prepared) -> str:
+def _cache_folder(workflow: Workflow | Prepared | str | Path) -> str:
     if isinstance(workflow, Prepared):
         loaded = workflow.loaded
+    elif isinstance(workflow, (str, Path)):
+        loaded = load(workflow)
     else:
         loaded = workflow.first if isinstance(workflow, Sweep) else workflow
     return str(loaded.spec.execution.cache_dir)
 
 
-def plan_table(workflow: Workflow | Prepared, force: Sequence[str] | bool = False) -> list[dict[str, Any]]:
+def plan_table(workflow: Workflow | Prepared | str | Path, force: Sequence[str] | bool = False) -> list[dict[str, Any]]:
     """One row per stage: name, kind, status (new / cached / stale / forced / always), the
     reason of a stale status (what changed since the stage last finished), key, inputs,
     and of a sweep's stage its ``variant`` (the label; empty for plots and the report).
@@ -227,7 +231,7 @@ class RunResult:
 
 @Cache.holding_lock(_cache_folder)  # one run per cache folder
 def run(
-    workflow: Workflow | Prepared,
+    workflow: Workflow | Prepared | str | Path,
     *,
     force: Sequence[str] | bool = False,
     keep_going: bool | None = None,
@@ -237,8 +241,8 @@ def run(
     """Run a workflow: plan, execute every stage with caching, track, report.
 
     Args:
-        workflow: the validated spec, a sweep (one parent run over every variant), or
-            a :class:`Prepared` (its data and plan reused).
+        workflow: the validated spec, a sweep (one parent run over every variant), a
+            :class:`Prepared` (its data and plan reused), or a spec's path (loaded as is).
         force: True to rerun every stage, or glob patterns of stage names to rerun.
         keep_going: keep running independent stages after a failure (default: the
             spec's ``execution.keep_going``, itself True by default for sweeps).

@@ -8,8 +8,9 @@ default workflow, 10-80 ms each on a SQLite store) need not hold up the next fit
 makes the calls in the order the scheduler made them, so the store sees exactly the
 sequence a synchronous hook would write.
 
-- **Where.** ``process=True`` (``bayesflow run`` with an MLflow store): a spawned process,
-  which imports mlflow and writes the store on the machine's other core. A thread would
+- **Where.** ``process=True`` (``bayesflow run`` with an MLflow store): a child process
+  (``python -m bayesflow.tracking.background``, over a socket pair), which imports mlflow
+  and writes the store on the machine's other core. A thread would
   share the interpreter: its Python (SQLAlchemy, the pyfunc model) took the GIL from the
   fits' Python between torch kernels, and the default workflow's fit and evaluate stages
   ran ~10% slower (measured). ``process=False``: a thread, for trackers that live in
@@ -37,10 +38,14 @@ sequence a synchronous hook would write.
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
+import multiprocessing.connection
 import pickle
 import queue
 import signal
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -126,17 +131,28 @@ class BackgroundHook:
         self._stopped = False
         self._process = process
         if process:
-            context = multiprocessing.get_context("spawn")
-            ours, theirs = context.Pipe()
-            self._send: Callable[[Message], None] = ours.send
+            ours, theirs = socket.socketpair()
+            with theirs:
+                self._worker: Any = _Child(subprocess.Popen(
+                    [sys.executable, "-m", "bayesflow.tracking.background", str(theirs.fileno())],
+                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                ))
+            connection = multiprocessing.connection.Connection(ours.detach())
+
+            def send(message: Message) -> None:
+                # The body pickled apart, so the worker can answer a body it cannot read.
+                kind, body = message
+                connection.send((kind, kind == "run" and body[2], pickle.dumps(body)))
+
+            self._send: Callable[[Message], None] = send
             self._poll: Callable[[float | None], Message | None] = lambda timeout: (
-                ours.recv() if ours.poll(timeout) else None
+                connection.recv() if connection.poll(timeout) else None
             )
-            self._worker: Any = context.Process(
-                target=_serve_process, args=(open_hook, theirs), name=name, daemon=True
-            )
-            self._worker.start()
-            theirs.close()
+            try:
+                connection.send(list(sys.path))
+                connection.send(open_hook)
+            except (BrokenPipeError, OSError):
+                self._worker_died()
         else:
             inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
             outbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
@@ -262,13 +278,57 @@ def _interrupt(hook: Any, stage: Any) -> None:
     hook.on_interrupt(stage)
 
 
-def _serve_process(open_hook: Callable[[], Any], connection: Any) -> None:
-    """A spawned process's entry: :func:`serve` over its end of the pipe."""
+class _Child:
+    """The worker process, with the few methods of a thread the hook uses."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.pid = process.pid
+
+    def join(self) -> None:
+        self.process.wait()
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.poll()
+
+
+def _serve_child(descriptor: int) -> None:
+    """The worker process's entry (``python -m bayesflow.tracking.background FD``): the
+    first message is ``sys.path`` as the scheduling process has it, the second the hook's
+    opener; then :func:`serve` runs over the socket. A subprocess, not
+    ``multiprocessing``'s spawn, which re-runs the user's ``__main__`` in the child (a
+    script calling ``bayesflow.run`` at its top level would run again there)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    connection = multiprocessing.connection.Connection(descriptor)
+    try:
+        sys.path[:] = connection.recv()
+    except (EOFError, OSError):
+        return
+
+    def send(message: Message) -> None:
+        with contextlib.suppress(OSError):  # the scheduling process is gone
+            connection.send(message)
 
     def receive() -> Message | None:
         try:
-            return connection.recv()  # type: ignore[no-any-return]
+            kind, stop, raw = connection.recv()
         except (EOFError, OSError):
             return None
+        try:
+            return kind, pickle.loads(raw)
+        except Exception as error:  # noqa: BLE001 - e.g. a function this process cannot import
+            send(("error", portable(error)))
+            return ("run", (None, (), stop)) if kind == "run" else ("skip", None)
 
-    serve(open_hook, receive, connection.send, in_process=True)
+    serve(lambda: connection.recv()(), receive, send, in_process=True)
+
+
+if __name__ == "__main__":
+    _serve_child(int(sys.argv[1]))

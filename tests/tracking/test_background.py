@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +205,17 @@ def test_a_worker_process_that_dies_is_an_error_not_a_hang(tmp_path: Path) -> No
     with pytest.raises(TrackingError, match="ended unexpectedly"):
         hook.after_stage("s0", None, cached=False)
     hook.close()
+
+
+def test_a_message_the_worker_process_cannot_read_is_an_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function the worker cannot import (defined in the test's own namespace, not a
+    module the child can import): the error comes back, the run does not wait forever."""
+    hook = BackgroundHook(functools.partial(FileRecorder, str(tmp_path / "calls.jsonl")), process=True)
+    only_here = types.ModuleType("only_in_this_process")
+    exec("def unreachable(hook):\n    return 1\n", only_here.__dict__)  # noqa: S102
+    monkeypatch.setitem(sys.modules, only_here.__name__, only_here)
+    with pytest.raises(ModuleNotFoundError, match="only_in_this_process"):
+        hook.finish(only_here.unreachable)
+    assert hook._worker.exitcode == 0
