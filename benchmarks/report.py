@@ -169,8 +169,9 @@ def _workflow_targets(out: _Targets, workflow: dict[str, Any]) -> None:
         f"{workflow.get('tracking_overlapped_s', 0.0):.1f} s more on the tracking worker), plot "
         f"and report stages {workflow['report_share']:.1%} of {workflow['wall_s']:.0f} s"
         + (
-            f"; by difference from a run without them ({workflow['bare_wall_s']:.0f} s): "
-            f"{workflow['added_share']:.2f}"
+            f"; by difference from a run without them ({workflow['bare_wall_s']:.0f} s, its "
+            f"compute stages {workflow['bare_compute_s']:.0f} s against "
+            f"{workflow['compute_s']:.0f} s): {workflow['added_share']:.2f}"
             if "added_share" in workflow else ""
         ),
     )

@@ -290,7 +290,8 @@ def workflow_section(workflow: dict[str, Any]) -> list[str]:
         parts += [
             ("tracking: calls the run made itself (the parent's metrics and end)",
              workflow["tracking_blocking_calls_s"]),
-            ("tracking: waiting at the end for the worker's last calls", workflow["tracking_wait_s"]),
+            ("tracking: waiting at the end for the worker (its last calls, the parent's end)",
+             workflow["tracking_wait_s"]),
         ]
     else:
         parts += [
@@ -317,7 +318,14 @@ def workflow_section(workflow: dict[str, Any]) -> list[str]:
         ]
     )
     lines += table(["part", "seconds", "share"], rows)
-    if "tracking_overlapped_s" in workflow:
+    if "tracking_overlapped_s" in workflow and not workflow["tracking_calls"]:
+        lines += [
+            "",
+            "The MLflow calls were made by the tracking worker process while the stages went "
+            "on (not timed from the run's process); what they cost the run as a whole is the "
+            "cross-check in the targets: the wall without tracking, plots and report.",
+        ]
+    elif "tracking_overlapped_s" in workflow:
         lines += [
             "",
             f"The tracking worker's calls took {workflow['tracking_overlapped_s']:.1f} s on its "
