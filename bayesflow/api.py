@@ -267,12 +267,13 @@ def run(
     experiment = spec.tracking.experiment or spec.name
     sweep = prepared.sweep
     probe_server(str(getattr(tracker, "uri", "")))  # a server that does not answer: before any stage
-    # The store is opened and every MLflow call made on a worker thread while the stages
-    # compute (tracking is a sink: tracking/background.py, tracking/session.py).
+    cache = Cache(spec.execution.cache_dir)
+    # The store is opened and every MLflow call made by a worker while the stages compute
+    # (tracking is a sink: tracking/background.py, tracking/session.py).
+    computing = bool(force) or not all(cache.holds(stage.key) for stage in the_plan.stages.values())
     logging = BackgroundHook(functools.partial(
         open_tracking, tracker, loaded, the_plan, experiment, dataset.digest, sweep, process_tags()),
-        process=worker_is_process(tracker))
-    cache = Cache(spec.execution.cache_dir)
+        process=worker_is_process(tracker, computing))
     runner: Any = StageRunner(loaded, dataset)
     if sweep is not None:  # each variant's stages run on its own spec and data
         runner = variant_runner(sweep, prepared.datasets)
