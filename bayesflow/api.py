@@ -253,7 +253,12 @@ def run(
     from bayesflow.stages import StageRunner
     from bayesflow.tracking.background import BackgroundHook
     from bayesflow.tracking.hook import process_tags
-    from bayesflow.tracking.session import end_own_runs, finish_tracking, open_tracking, worker_is_process
+    from bayesflow.tracking.session import (
+        end_own_runs,
+        finish_tracking,
+        open_tracking,
+        worker_is_process,
+    )
     from bayesflow.tracking.uri import probe_server
 
     began = time.perf_counter()

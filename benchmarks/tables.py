@@ -321,18 +321,22 @@ def workflow_section(workflow: dict[str, Any]) -> list[str]:
     if "tracking_overlapped_s" in workflow and not workflow["tracking_calls"]:
         lines += [
             "",
-            "The MLflow calls were made by the tracking worker process while the stages went "
-            "on (not timed from the run's process); what they cost the run as a whole is the "
-            "cross-check in the targets: the wall without tracking, plots and report.",
+            (
+                "The MLflow calls were made by the tracking worker process while the stages "
+                "went on (not timed from the run's process); what they cost the run as a whole "
+                "is the cross-check in the targets: the wall without tracking, plots and report."
+            ),
         ]
     elif "tracking_overlapped_s" in workflow:
         lines += [
             "",
-            f"The tracking worker's calls took {workflow['tracking_overlapped_s']:.1f} s on its "
-            f"own thread while the stages went on (its first, `{first['method']}`, "
-            f"{first['seconds']:.1f} s: import mlflow, open the store); they are not in the "
-            "shares above, and what sharing the interpreter with them costs the stages is "
-            "in the stages' seconds.",
+            (
+                f"The tracking worker's calls took {workflow['tracking_overlapped_s']:.1f} s on "
+                f"its own thread while the stages went on (its first, `{first['method']}`, "
+                f"{first['seconds']:.1f} s: import mlflow, open the store); they are not in the "
+                "shares above, and what sharing the interpreter with them costs the stages is "
+                "in the stages' seconds."
+            ),
         ]
     calls = workflow["tracking_calls"]
     if calls:
