@@ -22,19 +22,9 @@ from bayesflow.likelihoods import bernoulli, categorical, energy, gaussian
 from bayesflow.models import mlp
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
+from tests.engines.test_gradient_flat import expected as reference  # vmap(grad_and_value)
 
 FEATURES, ROWS = 3, 7
-
-
-def reference(problem: Problem, params: Tensor, batch: Any, weight: Any) -> tuple[Tensor, Tensor]:
-    """``vmap(grad_and_value(f))`` over the chains."""
-    def f(theta: Tensor, x: Tensor, y: Tensor, c: Any) -> Tensor:
-        return problem.log_posterior(theta, (x, y), prior_weight=c)
-
-    own = isinstance(batch, ChainBatch)
-    dims = (0, 0 if own else None, 0 if own else None, 0 if isinstance(weight, Tensor) else None)
-    result = vmap(grad_and_value(f), in_dims=dims)(params, batch[0], batch[1], weight)
-    return result[0], result[1]
 
 
 def regression(likelihood: str, bias: bool, dtype: torch.dtype = torch.float64) -> Problem:
