@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from bayesflow.dag.cache import Cache
-from bayesflow.dag.plan import Plan, plan_workflow
+from bayesflow.dag.plan import Plan, Stage, plan_workflow
 from bayesflow.dag.scheduler import Hook, Outcome, execute, stage_status
 from bayesflow.data import Dataset
 from bayesflow.spec.load import LoadedSpec, load_spec
@@ -275,7 +275,7 @@ def run(
     cache = Cache(spec.execution.cache_dir)
     # The store is opened and every MLflow call made by a worker while the stages compute
     # (tracking is a sink: tracking/background.py, tracking/session.py).
-    computing = bool(force) or not all(cache.holds(stage.key) for stage in the_plan.stages.values())
+    computing = _computes(list(the_plan.stages.values()), cache, force)
     logging = BackgroundHook(functools.partial(
         open_tracking, tracker, loaded, the_plan, experiment, dataset.digest, sweep, process_tags()),
         process=worker_is_process(tracker, computing))
@@ -286,7 +286,8 @@ def run(
     backend = _backend(loaded, runner)
     try:
         # The report's kernel starts now, while the fits run (report/kernel.py).
-        with prestarted(_report_renders(the_plan, cache, force)):
+        reports = [stage for stage in the_plan.stages.values() if stage.kind == "report"]
+        with prestarted(_computes(reports, cache, force)):
             outcome = execute(
                 the_plan, runner, cache, [logging, *hooks], executor=backend, keep_going=going,
                 force=force,
@@ -316,10 +317,9 @@ def run(
     )
 
 
-def _report_renders(the_plan: Plan, cache: Cache, force: Sequence[str] | bool) -> bool:
-    """Whether a report stage will render (one not cached, or forced)."""
-    reports = [stage for stage in the_plan.stages.values() if stage.kind == "report"]
-    return bool(reports) and (bool(force) or not all(cache.holds(stage.key) for stage in reports))
+def _computes(stages: list[Stage], cache: Cache, force: Sequence[str] | bool) -> bool:
+    """Whether any of ``stages`` will compute (one not cached, or forced)."""
+    return bool(stages) and (bool(force) or not all(cache.holds(stage.key) for stage in stages))
 
 
 def _fill_report_folder(the_plan: Plan, outcome: Outcome, folder: Path) -> None:

@@ -220,7 +220,8 @@ def render_report(
     notebook_path = output_dir / f"{name}.ipynb"
     html_path = output_dir / f"{name}.html"
     failed_path = output_dir / f"{name}.failed.ipynb"
-    # papermill writes after every cell; the temporary name keeps a previous report whole.
+    # papermill writes here (at the end, or with a failing cell); the temporary name keeps
+    # a previous report whole.
     partial_path = output_dir / f".{name}.{uuid.uuid4().hex}.ipynb"
 
     from bayesflow.report.offline import prepare_export

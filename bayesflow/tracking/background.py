@@ -76,8 +76,6 @@ def serve(open_hook: Callable[[], Any], receive: Callable[[], Message | None],
     stop))`` replies ``("done", function(hook, *args))`` (``function`` None: nothing to
     run) and returns when ``stop``. The first error is sent as ``("error", error)`` once.
     """
-    if in_process:  # Ctrl-C is the scheduling process's to handle: it waits for us
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
     hook, failed = None, False
 
     def fail(error: BaseException) -> None:
@@ -120,7 +118,7 @@ class BackgroundHook:
     Args:
         open_hook: called first, on the worker, to make the hook; an error it raises is
             the first error.
-        process: a spawned process (``open_hook`` and every call's arguments must
+        process: a child process (``open_hook`` and every call's arguments must
             pickle) rather than a thread.
         name: the worker's name.
     """
@@ -306,6 +304,7 @@ def _serve_child(descriptor: int) -> None:
     opener; then :func:`serve` runs over the socket. A subprocess, not
     ``multiprocessing``'s spawn, which re-runs the user's ``__main__`` in the child (a
     script calling ``bayesflow.run`` at its top level would run again there)."""
+    # Ctrl-C is the scheduling process's to handle: it waits for every call to be made.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     connection = multiprocessing.connection.Connection(descriptor)
     try:
