@@ -6,15 +6,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from bayesflow.dag import lock as lock_module
 from bayesflow.dag.cache import Cache, _host_tag
 from bayesflow.dag.lock import (
     LOCK_NAME,
+    POLL_SECONDS,
     TIMEOUT_VARIABLE,
     Holder,
     read_holder,
@@ -22,8 +23,10 @@ from bayesflow.dag.lock import (
 )
 from bayesflow.errors import CacheLockError
 from tests.data.tables import TABLE_SPEC, good_rows, write_table
+from tests.waiting import HANG_SECONDS
 
-# Holds the lock of the cache folder argv[1] until the file argv[2] exists.
+# Holds the lock of the cache folder argv[1] until the file argv[2] exists, then says
+# "released" once it has let go.
 HOLDER = """
 import sys, time
 from pathlib import Path
@@ -32,6 +35,7 @@ with Cache(sys.argv[1]).lock():
     print("held", flush=True)
     while not Path(sys.argv[2]).exists():
         time.sleep(0.02)
+print("released", flush=True)
 """
 
 BAYESFLOW = [sys.executable, "-m", "bayesflow.cli"]
@@ -53,15 +57,37 @@ def hold(root: Path, flag: Path) -> tuple[subprocess.Popen[str], Holder]:
     return process, holder
 
 
-def test_a_second_process_is_refused_without_waiting(tmp_path: Path) -> None:
-    """wait=False raises at once, naming the holder's pid, command, start and the fix."""
+class Clock:
+    """Stands in for the lock module's ``time``: ``sleep`` advances ``monotonic`` by the
+    seconds asked instead of waiting, and every sleep is recorded. A test then says how
+    the lock waited (how often it tried, for how long in all) without reading a clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def strftime(self, pattern: str) -> str:
+        return time.strftime(pattern)
+
+
+def test_a_second_process_is_refused_without_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """wait=False raises at the first busy try (no pause, no waiting line), naming the
+    holder's pid, command, start and the fix."""
     root, flag = tmp_path / "cache", tmp_path / "done"
     process, holder = hold(root, flag)
+    clock, lines = Clock(), []
+    monkeypatch.setattr(lock_module, "time", clock)
     try:
-        started = time.perf_counter()
-        with pytest.raises(CacheLockError) as caught, Cache(root).lock(wait=False):
+        with pytest.raises(CacheLockError) as caught, Cache(root).lock(wait=False, notify=lines.append):
             pass
-        assert time.perf_counter() - started < 1.0
+        assert clock.sleeps == [] and lines == []
         assert str(caught.value) == (
             f"cache {root}: in use by run PID {process.pid} (python -c ... {root} {flag}) started at "
             f"{holder.started}; {BUSY_FIX}"
@@ -69,38 +95,54 @@ def test_a_second_process_is_refused_without_waiting(tmp_path: Path) -> None:
         assert caught.value.exit_code == 1
     finally:
         flag.touch()
-        process.wait(timeout=30)
+        process.wait(timeout=HANG_SECONDS)
 
 
 def test_a_second_process_waits_then_proceeds(tmp_path: Path) -> None:
     """With wait (the default) the lock is taken once the holder ends; the waiting line is
-    said once, however long the wait."""
+    said once, however long the wait.
+
+    Ordering, not durations, shows that it waited: the holder is told to let go only from
+    the waiting line's callback, so the lock was busy when the line came, and the holder
+    had left its ``with`` block (it says "released" after it) before ours was entered."""
     root, flag = tmp_path / "cache", tmp_path / "done"
     process, holder = hold(root, flag)
     lines: list[str] = []
-    threading.Timer(0.8, flag.touch).start()
-    started = time.perf_counter()
-    with Cache(root).lock(notify=lines.append):
+    events: list[str] = []
+
+    def waiting(line: str) -> None:
+        lines.append(line)
+        events.append("told to wait")
+        flag.touch()  # only now may the holder let go
+
+    with Cache(root).lock(notify=waiting):
+        events.append("acquired")
         assert read_holder(root / LOCK_NAME).pid == os.getpid()  # type: ignore[union-attr]
-    assert time.perf_counter() - started >= 0.8
+        assert process.stdout is not None and process.stdout.readline() == "released\n"
+    assert events == ["told to wait", "acquired"]
     assert lines == [f"waiting for {holder.describe()} (cache {root}) to finish; Ctrl-C to stop"]
     assert holder.describe() == f"run PID {process.pid} (python -c ... {root} {flag}) started at {holder.started}"
-    process.wait(timeout=30)
+    process.wait(timeout=HANG_SECONDS)
 
 
-def test_waiting_stops_at_the_timeout(tmp_path: Path) -> None:
-    """A timeout raises once it has passed, saying how long it waited and for whom."""
+def test_waiting_stops_at_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timeout raises once it has passed, saying how long it waited and for whom: the
+    lock polls in pauses of at most POLL_SECONDS that add up to the timeout, not past it,
+    and tells the waiting line once (a stand-in clock: no real waiting)."""
     root, flag = tmp_path / "cache", tmp_path / "done"
     process, holder = hold(root, flag)
+    clock, lines = Clock(), []
+    monkeypatch.setattr(lock_module, "time", clock)
     try:
-        started = time.perf_counter()
-        with pytest.raises(CacheLockError) as caught, Cache(root).lock(timeout=1.0, notify=lambda _: None):
+        with pytest.raises(CacheLockError) as caught, Cache(root).lock(timeout=1.0, notify=lines.append):
             pass
-        assert 1.0 <= time.perf_counter() - started < 3.0
+        assert len(clock.sleeps) >= 1.0 / POLL_SECONDS and max(clock.sleeps) <= POLL_SECONDS
+        assert sum(clock.sleeps) == pytest.approx(1.0) and sum(clock.sleeps[:-1]) < 1.0
+        assert lines == [f"waiting for {holder.describe()} (cache {root}) to finish; Ctrl-C to stop"]
         assert str(caught.value) == f"cache {root}: waited 1 s for {holder.describe()}; {BUSY_FIX}"
     finally:
         flag.touch()
-        process.wait(timeout=30)
+        process.wait(timeout=HANG_SECONDS)
 
 
 def test_a_killed_holder_does_not_block_the_next_run(tmp_path: Path) -> None:
@@ -108,7 +150,7 @@ def test_a_killed_holder_does_not_block_the_next_run(tmp_path: Path) -> None:
     root, flag = tmp_path / "cache", tmp_path / "never"
     process, _ = hold(root, flag)
     process.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
+    process.wait(timeout=HANG_SECONDS)
     assert read_holder(root / LOCK_NAME) is not None  # the dead holder's record is still there
     with Cache(root).lock(wait=False):
         assert read_holder(root / LOCK_NAME).pid == os.getpid()  # type: ignore[union-attr]
@@ -122,7 +164,7 @@ def test_the_lock_is_reentrant_in_its_thread_and_released_after(tmp_path: Path) 
         pass
     assert read_holder(tmp_path / LOCK_NAME) is None
     code = f"from bayesflow.dag.cache import Cache\nwith Cache({str(tmp_path)!r}).lock(wait=False): pass"
-    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_SECONDS, check=False)
     assert probe.returncode == 0, probe.stderr
 
 
@@ -208,7 +250,7 @@ def test_a_run_told_not_to_wait_exits_1_naming_the_holder(tmp_path: Path) -> Non
         stdout, stderr = process.communicate(timeout=600)
     finally:
         flag.touch()
-        holder_process.wait(timeout=30)
+        holder_process.wait(timeout=HANG_SECONDS)
     assert process.returncode == 1, stdout + stderr
     assert stderr.endswith(f"error: cache .bayesflow/cache: in use by {holder.describe()}; {BUSY_FIX}\n")
     assert "Traceback" not in stderr and leftover.is_dir()

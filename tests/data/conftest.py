@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.numerics import torch_threads
+
 # Four training and two test reviews. "terrible" and "superb" appear only in test
 # reviews, so a vocabulary built on the training split must map them to out-of-vocabulary.
 # Negatives come first, as the aclImdb layout is read (neg, then pos, each by id).
@@ -35,9 +37,10 @@ def frame(rows: list[tuple[str, int, int]]) -> pd.DataFrame:
 
 @pytest.fixture(autouse=True, scope="package")
 def one_thread() -> Iterator[None]:
-    """Run on one thread: these tiny tensors are several times slower on two busy cores."""
+    """Run on one thread (``BAYESFLOW_TEST_THREADS`` overrides): these tiny tensors are
+    several times slower on two busy cores."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(torch_threads())
     yield
     torch.set_num_threads(threads)
 

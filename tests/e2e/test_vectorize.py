@@ -10,6 +10,7 @@ import torch
 import bayesflow
 from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
 from tests.conftest import TINY_SPEC, write
+from tests.numerics import torch_threads
 
 pytestmark = pytest.mark.e2e
 METRICS = ["test_nll", "test_accuracy", "test_ece", "test_brier", "fit_seconds", "steps"]
@@ -29,7 +30,7 @@ def run_in(folder: Path, monkeypatch: pytest.MonkeyPatch, *overrides: str):
 @pytest.fixture(autouse=True)
 def one_thread():
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(torch_threads())
     yield
     torch.set_num_threads(threads)
 

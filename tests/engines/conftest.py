@@ -16,13 +16,15 @@ from tests.engines.helpers import (
     conformance_problem,
     make_regression,
 )
+from tests.numerics import torch_threads
 
 
 @pytest.fixture(autouse=True, scope="session")
 def one_thread() -> Iterator[None]:
-    """Run on one thread: these tiny tensors are several times slower on two busy cores."""
+    """Run on one thread (``BAYESFLOW_TEST_THREADS`` overrides): these tiny tensors are
+    several times slower on two busy cores."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(torch_threads())
     yield
     torch.set_num_threads(threads)
 
