@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,25 +61,36 @@ def tiny_spec(tmp_path: Path) -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under ``BAYESFLOW_TEST_THREADS=n`` every torch in the run, this process's, the xdist
-    workers' and the command lines' the tests start, uses n intra-op threads (torch reads
-    ``OMP_NUM_THREADS`` when it starts); ``make test-kernels`` runs the suite under 1 and 2."""
+    """Set up the environment ``make test-kernels`` varies, for this process, the xdist
+    workers and the command lines the tests start.
+
+    ``BAYESFLOW_TEST_THREADS=n``: every torch uses n intra-op threads (torch reads
+    ``OMP_NUM_THREADS`` when it starts). ``ATEN_CPU_CAPABILITY``: torch.compile's code
+    cache gets a folder of its own per kernel level; inductor's cache does not key on the
+    level (torch 2.13), so code compiled for AVX-512 and reused under ``default`` fails to
+    build (``'at::vec' has not been declared``).
+    """
     threads = os.environ.get(THREADS_VARIABLE)
     if threads:
         torch_threads()  # a malformed value fails here, once, with what to set
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if capability and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        user = os.environ.get("USER") or str(os.getuid())  # no passwd entry in some containers
+        folder = Path(tempfile.gettempdir()) / f"torchinductor_{user}_{capability}"
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def apply_test_threads() -> Iterator[None]:
-    """Apply ``BAYESFLOW_TEST_THREADS`` to torch in this process when it is set (torch may
-    have been imported before ``OMP_NUM_THREADS`` was); left alone otherwise."""
-    if not os.environ.get(THREADS_VARIABLE):
-        yield
-        return
-    import torch
+    """Under ``BAYESFLOW_TEST_THREADS``, give torch that many threads before every test:
+    torch may have been imported before ``OMP_NUM_THREADS`` was set, and a workflow run
+    in this process applies ``execution.threads`` (1 by default) and keeps it. Nothing
+    is changed when the variable is unset."""
+    if os.environ.get(THREADS_VARIABLE):
+        import torch
 
-    torch.set_num_threads(torch_threads())
+        torch.set_num_threads(torch_threads())
     yield
 
 

@@ -23,6 +23,7 @@ from bayesflow.models import mlp
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
 from tests.engines.test_gradient_flat import expected as reference  # vmap(grad_and_value)
+from tests.numerics import reordered
 
 FEATURES, ROWS = 3, 7
 
@@ -165,12 +166,18 @@ def test_a_shared_batch_changed_in_place_is_read_again() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("likelihood", ["bernoulli", "gaussian"])
-def test_a_shared_batch_gives_the_reverse_pass_to_the_bit(
+def test_a_shared_batch_gives_the_reverse_pass_gradient(
     likelihood: str, bias: bool, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a batch every chain shares, the closed form runs the reverse pass's kernels on
-    the same numbers: the same bits as before, so a seed gives the same chains (and K
-    shared chains stay the one-chain fits, tests/engines/test_streams.py)."""
+    """On a batch every chain shares, the closed form gives the reverse pass's gradient and
+    values, so a seed gives the same chains as before (and K shared chains stay the
+    one-chain fits, tests/engines/test_streams.py).
+
+    The closed form runs the reverse pass's operations on the same numbers and matched it
+    bit for bit where it was written; but its batched product over a (K, 2, B) buffer and
+    the reverse pass's matrix product are different kernels, which another CPU (or
+    ATEN_CPU_CAPABILITY) may let sum in another order: the tolerance of a reordered sum
+    over the batch's rows."""
     problem = regression(likelihood, bias, dtype)
     params, inputs, targets = draw(likelihood, 6, problem.dimension, seed=8, dtype=dtype)
     batch = (inputs[0], targets[0])
@@ -178,4 +185,6 @@ def test_a_shared_batch_gives_the_reverse_pass_to_the_bit(
     fast = chain_gradient(problem, 0.9)(params, batch)
     monkeypatch.setattr(glm, "glm_gradient", lambda problem: None)
     slow = chain_gradient(problem, 0.9)(params, batch)
-    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+    for ours, theirs in zip(fast, slow):
+        scale = float(theirs.abs().max())
+        torch.testing.assert_close(ours, theirs, **reordered(dtype, ROWS, scale=scale))
