@@ -3,6 +3,8 @@
 #   make test   # installs into .venv (with test tools), then runs the test suite
 # and a third is the fast lane while working:
 #   make test-fast   # unit tests and one tiny end-to-end run, in parallel (under 3 minutes)
+# and a fourth checks that float comparisons hold on CPUs of other kinds:
+#   make test-kernels   # the float tests under each CPU kernel level and 1 and 2 threads
 # Both are fast when .venv is already set up: the install step is skipped unless
 # pyproject.toml changed.
 
@@ -17,7 +19,7 @@ ARGS   ?=
 # one sets pip's own environment variables (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL).
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: run test test-fast setup setup-dev bench clean
+.PHONY: run test test-fast test-kernels setup setup-dev bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +54,24 @@ test: setup-dev
 # line, MLflow store and Jupyter kernel on a tiny spec.
 test-fast: setup-dev
 	$(BIN)/python -m pytest -q -n 2 -m "(not e2e and not slow) or smoke" $(ARGS)
+
+# The tests that compare floats, under every CPU kernel level torch offers on this machine
+# (ATEN_CPU_CAPABILITY=default, avx2, avx512 where the CPU has them) and with 1 and 2 torch
+# threads (BAYESFLOW_TEST_THREADS, read by tests/conftest.py): what CI machines of other
+# kinds would see. `make test-kernels KERNEL_TESTS=tests` runs the whole suite so.
+# docs/portability.md records the combinations run and their results.
+KERNEL_TESTS ?= tests/engines tests/evaluate tests/dag tests/stages tests/models \
+	tests/test_shared_curvature.py tests/test_parity.py tests/test_posterior_product.py
+test-kernels: setup-dev
+	@native=$$($(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability())"); \
+	case "$$native" in AVX512) levels="default avx2 avx512";; AVX2) levels="default avx2";; *) levels="default";; esac; \
+	echo "torch's own choice on this CPU: $$native; running under: $$levels"; failed=""; \
+	for level in $$levels; do for threads in 1 2; do \
+	  echo "== ATEN_CPU_CAPABILITY=$$level BAYESFLOW_TEST_THREADS=$$threads"; \
+	  ATEN_CPU_CAPABILITY=$$level BAYESFLOW_TEST_THREADS=$$threads \
+	    $(BIN)/python -m pytest -q -n 2 $(KERNEL_TESTS) $(ARGS) || failed="$$failed $$level/$$threads"; \
+	done; done; \
+	if [ -n "$$failed" ]; then echo "failed under:$$failed"; exit 1; fi; echo "passed under every combination"
 
 bench: setup-dev
 	$(BIN)/python -m benchmarks.run $(ARGS)
