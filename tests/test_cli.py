@@ -311,7 +311,7 @@ def test_run_wait_zero_refuses_a_busy_cache(workdir: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time; from bayesflow.dag.cache import Cache\n"
-         "with Cache('.bayesflow/cache').lock():\n    print('held', flush=True); time.sleep(60)"],
+         "with Cache('.bayesflow/cache').lock():\n    print('held', flush=True); time.sleep(3600)"],  # until killed
         cwd=workdir, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
     )

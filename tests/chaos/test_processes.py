@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.helpers import SPEC, entries, finished_once, fit_runs, leftovers, workflow
+from tests.waiting import HANG_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -43,10 +44,18 @@ def summary(stdout: str) -> tuple[int, int]:
 
 def test_sigkill_at_random_points_then_a_rerun_finishes_every_cell_once(tmp_path: Path) -> None:
     workflow(tmp_path, FOUR_SEEDS, store=False)  # the first kill may land while the store is made
-    delays = random.Random(15).sample([x / 2 for x in range(2, 11)], 3)  # 1 to 5 s after start
-    for delay in sorted(delays):
+    # Three runs, each killed once the cache holds a chosen number of finished stages (0:
+    # during start-up and the store's creation) and a random fraction of a second more:
+    # progress, not seconds since start, says when, so the kills land before the end on a
+    # fast machine and after start-up on a loaded one.
+    chooser = random.Random(15)
+    for target in sorted(chooser.sample(range(6), 3)):
         process = start(tmp_path)
-        time.sleep(delay)
+        deadline = time.monotonic() + HANG_SECONDS  # a hang guard, not a statement about speed
+        while len(entries(tmp_path)) < target and process.poll() is None:
+            assert time.monotonic() < deadline, f"fewer than {target} stages finished: hung?"
+            time.sleep(0.01)
+        time.sleep(chooser.uniform(0.0, 0.3))
         process.send_signal(signal.SIGKILL)
         process.communicate()
     done_before = len(entries(tmp_path))
@@ -72,12 +81,16 @@ def test_two_runs_with_their_own_cache_folders_share_the_store(tmp_path: Path) -
     assert len(runs) == 2 and all(statuses == ["FINISHED", "FINISHED"] for statuses in runs.values()), runs
 
 
-# Makes the store of argv[1] (a SQLite URI) at the time argv[2] and logs one run.
+# Makes the store of argv[1] (a SQLite URI) once the file argv[2] exists, and logs one run;
+# says "ready" once it has imported mlflow, then waits for the start.
 CREATOR = """
 import sys, time
+from pathlib import Path
+import mlflow.exceptions, mlflow.tracking, sqlalchemy.exc  # the slow imports, before the start
 from bayesflow.tracking.mlflow_tracker import MlflowTracker
-tracker = MlflowTracker(sys.argv[1])
-while time.time() < float(sys.argv[2]):
+tracker = MlflowTracker(sys.argv[1])  # lazy: the store is made on first use, below
+print("ready", flush=True)
+while not Path(sys.argv[2]).exists():
     time.sleep(0.001)
 tracker.end_run(tracker.start_run("race", "r", params={}, tags={}), "FINISHED")
 print("ok")
@@ -85,12 +98,18 @@ print("ok")
 
 
 def test_processes_creating_one_store_at_once_all_succeed(tmp_path: Path) -> None:
-    """Without the store's lock, 6 of 9 such processes failed in Alembic's migrations."""
+    """Without the store's lock, 6 of 9 such processes failed in Alembic's migrations.
+
+    A barrier, not a time of day, starts them together: each says "ready" once its imports
+    are done, and the start file is written when all three have, however slow the imports."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    at = str(time.time() + 8)  # after every process has imported mlflow
-    processes = [subprocess.Popen([sys.executable, "-c", CREATOR, uri, at], stdout=subprocess.PIPE,
+    go = tmp_path / "go"
+    processes = [subprocess.Popen([sys.executable, "-c", CREATOR, uri, str(go)], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=ENVIRONMENT) for _ in range(3)]
     for process in processes:
-        stdout, stderr = process.communicate(timeout=300)
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+    go.touch()
+    for process in processes:
+        stdout, stderr = process.communicate(timeout=HANG_SECONDS)
         assert process.returncode == 0 and stdout == "ok\n", stderr[-2000:]
     assert (tmp_path / "mlflow.db.lock").is_file()

@@ -23,6 +23,7 @@ from bayesflow.dag.plan import Plan, Stage
 from bayesflow.dag.scheduler import Outcome, execute
 from bayesflow.errors import MissingDependencyError
 from bayesflow.spec.settings import ExecutionSpec
+from tests.waiting import HANG_SECONDS
 
 
 def chain_plan() -> Plan:
@@ -330,8 +331,8 @@ def test_executors_satisfy_the_protocol(tmp_path: Path, kind: str) -> None:
         (tmp_path / "bad").mkdir()
         good = executor.submit(Stage("fit/good", "fit", (), "kg"), {}, tmp_path / "good")
         bad = executor.submit(Stage("fit/bad", "fit", (), "kb"), {}, tmp_path / "bad")
-        assert isinstance(good, Future) and good.result(timeout=120)["inputs"] == []
-        assert "fit/bad diverged" in str(bad.exception(timeout=120))
+        assert isinstance(good, Future) and good.result(timeout=HANG_SECONDS)["inputs"] == []
+        assert "fit/bad diverged" in str(bad.exception(timeout=HANG_SECONDS))
         assert (tmp_path / "good" / "out.txt").read_text() == "fit/good"
     finally:
         executor.shutdown()

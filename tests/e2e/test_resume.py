@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import TINY_SPEC, write
 from tests.e2e.test_cli import BAYESFLOW, bayesflow, client
+from tests.waiting import HANG_SECONDS
 
 pytestmark = pytest.mark.e2e
 
@@ -21,6 +22,17 @@ FAST_SGHMC = "lr: 0.01\n    epochs: 3\n    chains: 2"
 SLOW_SGHMC = "lr: 0.01\n    epochs: 300\n    chains: 2"
 
 
+def wait_for_finished_stages(process: subprocess.Popen, cache: Path, count: int) -> None:
+    """Wait until ``count`` stages of ``process`` have finished in ``cache`` (their
+    outputs.json written): progress, not seconds, says when to send the signal. Fails if
+    the run ends first, or makes no progress for HANG_SECONDS."""
+    deadline = time.monotonic() + HANG_SECONDS  # a hang guard, not a statement about speed
+    while len(list(cache.glob("*/outputs.json"))) < count:
+        assert process.poll() is None, f"the run ended (exit {process.returncode}) before {count} stages finished"
+        assert time.monotonic() < deadline, f"fewer than {count} stages finished in {HANG_SECONDS} s: hung?"
+        time.sleep(0.05)
+
+
 def test_sigkill_then_rerun_completes_without_duplicates(tmp_path: Path) -> None:
     """SIGKILL loses only the stage in flight; the rerun reuses the rest and ends stale runs."""
     text = TINY_SPEC.replace("temperatures: [0.1, 1.0]", "temperatures: [0.03, 0.1, 0.3, 1.0]")
@@ -29,12 +41,7 @@ def test_sigkill_then_rerun_completes_without_duplicates(tmp_path: Path) -> None
     process = subprocess.Popen([*BAYESFLOW, "run", "spec.yaml"], cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cache = tmp_path / ".bayesflow" / "cache"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        finished = [p for p in cache.glob("*/outputs.json")] if cache.exists() else []
-        if len(finished) >= 3:
-            break
-        time.sleep(0.05)
+    wait_for_finished_stages(process, cache, 3)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert 3 <= len(list(cache.glob("*/outputs.json"))) < 18, "the kill came too late to test resuming"
@@ -77,11 +84,9 @@ def test_ctrl_c_marks_runs_killed_and_exits_130(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGINT, previous)
     cache = tmp_path / ".bayesflow" / "cache"
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list(cache.glob("*/outputs.json"))) < 3:
-        time.sleep(0.05)
+    wait_for_finished_stages(process, cache, 3)
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=HANG_SECONDS)
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert not [p for p in cache.iterdir() if p.name.startswith(".staging")]

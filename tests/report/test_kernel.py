@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from bayesflow.report import ReportError, kernel, render_report
+from tests.waiting import HANG_SECONDS
 
 WARM_TEMPLATE = """\
 # %% tags=["parameters"]
@@ -205,7 +206,7 @@ def test_unused_prestarted_kernel_is_shut_down_at_exit(tmp_path: Path, ending: s
         """
     )
     finished = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_SECONDS, cwd=tmp_path, check=False
     )
     # Python ends on an uncaught KeyboardInterrupt by SIGINT; nothing else may complain.
     assert finished.returncode == (-signal.SIGINT if ending == "interrupted" else 0), finished.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bayesflow.tracking import MlflowTracker, resolve_tracking_uri
+from tests.waiting import HANG_SECONDS
 
 
 def test_new_experiments_are_marked_as_model_development(tmp_path: Path) -> None:
@@ -41,7 +42,7 @@ def test_reading_a_store_that_is_not_there_creates_nothing(tmp_path: Path) -> No
 
     done = subprocess.run(
         [sys.executable, "-m", "bayesflow.cli", "report", "0123456789abcdef"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     assert done.returncode == 1
