@@ -60,21 +60,34 @@ def tiny_spec(tmp_path: Path) -> Path:
     return write(tmp_path, TINY_SPEC)
 
 
+# What a CPU of each kernel level gives torch's other libraries: matrix products run in MKL
+# and some layers in oneDNN, each dispatching on the CPU by itself (on this machine MKL's
+# SSE4.2, AVX2 and AVX-512 paths give three different roundings of one float64 product).
+LIBRARY_LEVELS = {
+    "default": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+    "avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx512": {"MKL_ENABLE_INSTRUCTIONS": "AVX512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Set up the environment ``make test-kernels`` varies, for this process, the xdist
     workers and the command lines the tests start.
 
     ``BAYESFLOW_TEST_THREADS=n``: every torch uses n intra-op threads (torch reads
-    ``OMP_NUM_THREADS`` when it starts). ``ATEN_CPU_CAPABILITY``: torch.compile's code
-    cache gets a folder of its own per kernel level; inductor's cache does not key on the
-    level (torch 2.13), so code compiled for AVX-512 and reused under ``default`` fails to
-    build (``'at::vec' has not been declared``).
+    ``OMP_NUM_THREADS`` when it starts). ``ATEN_CPU_CAPABILITY``: MKL and oneDNN, which
+    pick their own kernels by CPU, are held to the same level (``LIBRARY_LEVELS``; a value
+    set by hand wins), and torch.compile's code cache gets a folder of its own per level:
+    inductor's cache does not key on the level (torch 2.13), so code compiled under one
+    level and reused under another fails to build or computes wrong numbers.
     """
     threads = os.environ.get(THREADS_VARIABLE)
     if threads:
         torch_threads()  # a malformed value fails here, once, with what to set
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
     capability = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    for variable, value in LIBRARY_LEVELS.get(capability, {}).items():
+        os.environ.setdefault(variable, value)
     if capability and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         user = os.environ.get("USER") or str(os.getuid())  # no passwd entry in some containers
         folder = Path(tempfile.gettempdir()) / f"torchinductor_{user}_{capability}"
@@ -102,4 +115,5 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     import torch
 
     capability = torch.backends.cpu.get_cpu_capability()
-    return f"torch {torch.__version__}: CPU kernel {capability}, {torch.get_num_threads()} threads"
+    libraries = ", ".join(f"{name}={os.environ.get(name, 'unset')}" for name in LIBRARY_LEVELS["default"])
+    return f"torch {torch.__version__}: CPU kernel {capability} ({libraries}), {torch.get_num_threads()} threads"
