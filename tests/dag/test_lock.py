@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -25,8 +26,8 @@ from bayesflow.errors import CacheLockError
 from tests.data.tables import TABLE_SPEC, good_rows, write_table
 from tests.waiting import HANG_SECONDS
 
-# Holds the lock of the cache folder argv[1] until the file argv[2] exists, then says
-# "released" once it has let go.
+# Holds the lock of the cache folder argv[1] until the file argv[2] exists, and says
+# "releasing" just before it lets go.
 HOLDER = """
 import sys, time
 from pathlib import Path
@@ -35,7 +36,7 @@ with Cache(sys.argv[1]).lock():
     print("held", flush=True)
     while not Path(sys.argv[2]).exists():
         time.sleep(0.02)
-print("released", flush=True)
+    print("releasing", flush=True)
 """
 
 BAYESFLOW = [sys.executable, "-m", "bayesflow.cli"]
@@ -103,8 +104,8 @@ def test_a_second_process_waits_then_proceeds(tmp_path: Path) -> None:
     said once, however long the wait.
 
     Ordering, not durations, shows that it waited: the holder is told to let go only from
-    the waiting line's callback, so the lock was busy when the line came, and the holder
-    had left its ``with`` block (it says "released" after it) before ours was entered."""
+    the waiting line's callback, so the lock was busy when the line came; and when ours is
+    taken, the holder's "releasing" (said before it lets go) is already there to read."""
     root, flag = tmp_path / "cache", tmp_path / "done"
     process, holder = hold(root, flag)
     lines: list[str] = []
@@ -118,7 +119,9 @@ def test_a_second_process_waits_then_proceeds(tmp_path: Path) -> None:
     with Cache(root).lock(notify=waiting):
         events.append("acquired")
         assert read_holder(root / LOCK_NAME).pid == os.getpid()  # type: ignore[union-attr]
-        assert process.stdout is not None and process.stdout.readline() == "released\n"
+        assert process.stdout is not None
+        assert select.select([process.stdout], [], [], 0)[0], "the lock was taken before the holder let go"
+        assert process.stdout.readline() == "releasing\n"
     assert events == ["told to wait", "acquired"]
     assert lines == [f"waiting for {holder.describe()} (cache {root}) to finish; Ctrl-C to stop"]
     assert holder.describe() == f"run PID {process.pid} (python -c ... {root} {flag}) started at {holder.started}"
