@@ -119,8 +119,20 @@ def test_methods_are_close_to_the_exact_posterior(
     assert mean_error < mean_tolerance and variance_error < variance_tolerance, (
         method, temperature, mean_error, variance_error,
     )
-    assert metrics["reference_mean_error"] == pytest.approx(mean_error, rel=1e-3, abs=1e-4)
-    assert metrics["reference_variance_error"] == pytest.approx(variance_error, rel=1e-3, abs=1e-4)
+    # The run measured against its own `exact` posterior, computed in the model's float32;
+    # this test against numpy's float64 closed form. The two distances differ by at most
+    # the distance between the two references (the triangle inequality; for the mean, plus
+    # the references' relative spread in σ): float32 rounding of XᵀX over the training
+    # rows, amplified by the precision's conditioning, and larger or smaller with the CPU's
+    # kernels (1.2e-4 in log variance under ATEN_CPU_CAPABILITY=default, 2e-6 under AVX-512).
+    _, reference = finished[1][("exact", temperature)]
+    mean_drift, variance_drift = errors(reference, temperature)
+    assert metrics["reference_mean_error"] == pytest.approx(
+        mean_error, rel=1e-3 + variance_drift, abs=1e-4 + mean_drift
+    )
+    assert metrics["reference_variance_error"] == pytest.approx(
+        variance_error, rel=1e-3, abs=1e-4 + variance_drift
+    )
 
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)
