@@ -259,7 +259,7 @@ def run(
         open_tracking,
         worker_is_process,
     )
-    from bayesflow.tracking.uri import probe_server
+    from bayesflow.tracking.preflight import check_store
 
     began = time.perf_counter()
     prepared = prepare(workflow)
@@ -271,7 +271,7 @@ def run(
         tracker = MlflowTracker(tracking_uri_of(loaded))
     experiment = spec.tracking.experiment or spec.name
     sweep = prepared.sweep
-    probe_server(str(getattr(tracker, "uri", "")))  # a server that does not answer: before any stage
+    check_store(str(getattr(tracker, "uri", "")))  # a store it cannot write: before any stage
     cache = Cache(spec.execution.cache_dir)
     # The store is opened and every MLflow call made by a worker while the stages compute
     # (tracking is a sink: tracking/background.py, tracking/session.py).

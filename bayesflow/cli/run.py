@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ def _ui_command(uri: str) -> str:
     from bayesflow.tracking.uri import resolve_tracking_uri
 
     default = resolve_tracking_uri(None, Path.cwd())
-    return "bayesflow ui" if uri == default else f"bayesflow ui --tracking-uri {uri}"
+    return "bayesflow ui" if uri == default else f"bayesflow ui --tracking-uri {shlex.quote(uri)}"
 
 
 # The metrics the end-of-run table shows, those the run has, at most four.

@@ -331,7 +331,8 @@ class _Scheduler:
             del self.computing[stage.key]
         try:
             entry = self.cache.commit(stage.key, flight.staging, future.result())
-        except Exception as error:  # a failed stage must not stop independent ones  # noqa: BLE001
+        except Exception as raised:  # a failed stage must not stop independent ones  # noqa: BLE001
+            error = self.cache.explain(raised, stage.key)  # a full disk under the cache, named
             self.cache.discard(flight.staging)
             detail = "".join(traceback.format_exception(error))
             if stage.cacheable:
