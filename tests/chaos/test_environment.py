@@ -134,7 +134,9 @@ def test_output_the_terminal_cannot_encode_is_escaped_not_fatal(tmp_path: Path) 
     assert "(experiment 'T\\u21920 \\xb1\\u03b8'" in stdout and quiet(stdout + stderr)
 
 
-def test_a_folder_named_with_uri_characters_holds_the_whole_run(tmp_path: Path) -> None:
+def test_a_folder_named_with_uri_characters_holds_the_whole_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A working folder named ``a%20b?c#d e θ``: the run finishes, its store, artifacts and
     cache are inside it, and its parent folder holds nothing new (the store's URI once
     became ``a b`` and ``a%20b`` beside it, and ``mlartifacts`` in the parent)."""
@@ -160,3 +162,8 @@ def test_a_folder_named_with_uri_characters_holds_the_whole_run(tmp_path: Path) 
     for record in tracker.search_runs("table", tags={"bayesflow.role": "fit"}):
         assert tracker.download_artifact(record.run_id, "posterior/posterior.npz", tmp_path / "out").is_file()
     assert sorted(os.listdir(tmp_path)) == sorted([*before, "out"])
+
+    from bayesflow.cli.store import _served_uri
+
+    monkeypatch.chdir(folder)  # `bayesflow ui` hands MLflow's server a path it cannot misread
+    assert _served_uri(None) == "sqlite:///mlflow.db"
