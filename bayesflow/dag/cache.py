@@ -313,7 +313,10 @@ class Cache:
         if named is not None:
             inside = Path(os.path.abspath(str(named))).is_relative_to(os.path.abspath(self.root))
         else:
-            inside = shutil.disk_usage(self.root).free < NEARLY_FULL
+            try:
+                inside = shutil.disk_usage(self.root).free < NEARLY_FULL
+            except OSError:  # the cache folder itself is gone
+                inside = False
         return unwritable(error, self.root, f"the files of stage {key}") if inside else error
 
     def discard(self, staging: Path) -> None:
