@@ -253,13 +253,13 @@ def run(
     from bayesflow.stages import StageRunner
     from bayesflow.tracking.background import BackgroundHook
     from bayesflow.tracking.hook import process_tags
+    from bayesflow.tracking.preflight import check_store
     from bayesflow.tracking.session import (
         end_own_runs,
         finish_tracking,
         open_tracking,
         worker_is_process,
     )
-    from bayesflow.tracking.preflight import check_store
 
     began = time.perf_counter()
     prepared = prepare(workflow)
@@ -339,8 +339,16 @@ def _fill_report_folder(the_plan: Plan, outcome: Outcome, folder: Path) -> None:
         else:
             continue
         for source, target in files:
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target / source.name)
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target / source.name)
+            except OSError as error:  # the work is done: say where it is, never crash
+                from bayesflow.report.render import unwritable_output
+
+                raise unwritable_output(error, target, (
+                    f"every stage finished and is logged to MLflow run {folder.name}; "
+                    f"{source.name} is in {source.parent}"
+                )) from None
 
 
 def _backend(loaded: LoadedSpec, runner: Any) -> Any:
@@ -387,7 +395,17 @@ def report(
     with tempfile.TemporaryDirectory() as folder:
         bundle = write_bundle(run_id, Path(folder) / "bundle", tracker)
         parameters = {**report_parameters(loaded, bundle), "tracking_uri": tracker.uri}
-        rendered = render_report(template or spec.report.template, parameters, target)
+        try:
+            rendered = render_report(template or spec.report.template, parameters, target)
+        except OSError as error:
+            # Only a write into the target (or making it) is the target's fault.
+            place = target.resolve()
+            named = [Path(str(name)).resolve() for name in (error.filename, error.filename2) if name]
+            if not any(path.is_relative_to(place) or place.is_relative_to(path) for path in named):
+                raise
+            from bayesflow.report.render import unwritable_output
+
+            raise unwritable_output(error, target, f"run {run_id} is unchanged in the store") from None
     for path in (rendered.notebook, rendered.html):
         tracker.log_artifact(run_id, path, "report")
     return rendered.html

@@ -34,6 +34,7 @@ after the notebook ran; otherwise papermill starts one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sys
@@ -60,6 +61,7 @@ __all__ = [
     "render_report",
     "source_digest",
     "template_folders",
+    "unwritable_output",
 ]
 
 TEMPLATE_SUFFIX = ".py"
@@ -181,6 +183,25 @@ def source_digest(template: str | Path | None = None) -> str:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def unwritable_output(error: OSError, folder: Path, kept: str) -> ReportError:
+    """A :class:`ReportError` saying why the report's files could not be written into
+    ``folder`` (a full or read-only disk, no permission) and what to do; ``kept`` says
+    where the finished work is meanwhile."""
+    from shlex import quote
+
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"Free some space there (`df -h {quote(str(folder))}` shows it)"
+    elif error.errno == errno.EROFS:
+        fix = "Remount it read-write"
+    else:
+        fix = "Make it writable"
+    return ReportError(
+        f"cannot write the report into {folder} ({error.strerror or error}); {kept}. {fix} and "
+        "run the same command again, or write reports elsewhere: `report.output_dir=<folder>` "
+        "(`bayesflow run SPEC report.output_dir=<folder>`, `bayesflow report RUN_ID --output-dir <folder>`)"
+    )
 
 
 def render_report(

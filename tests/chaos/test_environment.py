@@ -11,6 +11,7 @@ The read-only cases need root (a bind mount) and are skipped elsewhere.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,29 @@ def test_a_folder_named_with_uri_characters_holds_the_whole_run(
 
     monkeypatch.chdir(folder)  # `bayesflow ui` hands MLflow's server a path it cannot misread
     assert _served_uri(None) == "sqlite:///mlflow.db"
+
+
+def test_a_read_only_reports_folder_loses_no_work(tmp_path: Path) -> None:
+    """``reports/`` on a read-only mount: the finished run says where its report is and
+    how to get it copied (exit 1, no internal error after the work); writable again, the
+    same command computes nothing and copies it."""
+    workflow(tmp_path, spec=SPEC.replace("enabled: false", "enabled: true"))
+    (tmp_path / "reports").mkdir()
+    with read_only(tmp_path / "reports"):
+        result = invoke(tmp_path, "run", "spec.yaml")
+        found = re.search(r"logged to MLflow run (\w+);", result.output)
+        assert found, result.output
+        rendered = invoke(tmp_path, "report", found[1])  # `bayesflow report` says the same
+    assert result.exit_code == 1, result.output
+    assert f"error: cannot write the report into reports/table/{found[1]}" in result.output
+    assert "(Read-only file system); every stage finished and is logged to MLflow run" in result.output
+    assert "Remount it read-write" in result.output and "report.output_dir=<folder>" in result.output
+    assert quiet(result.output) and len(entries(tmp_path)) == 5
+    assert rendered.exit_code == 1, rendered.output
+    assert f"cannot write the report into reports/table/{found[1]} (Read-only" in rendered.output
+    assert f"run {found[1]} is unchanged in the store" in rendered.output and quiet(rendered.output)
+
+    again = invoke(tmp_path, "run", "spec.yaml")
+    assert again.exit_code == 0, again.output
+    assert "stages: 0 ran, 5 cached, 0 failed" in again.output
+    assert len(list((tmp_path / "reports" / "table").glob("*/report.html"))) == 1
