@@ -150,7 +150,7 @@ class MlflowTracker:
             yield
         except (MlflowException, OSError, sqlalchemy.exc.SQLAlchemyError) as exc:
             database = sqlite_database(self.uri)
-            if database is not None and is_store_fault(exc):  # full, read-only, locked...
+            if database is not None and is_store_fault(exc, database):  # full, read-only, locked...
                 raise store_fault(exc, database, what) from exc
             # SQLAlchemy's text repeats the SQL statement, its parameters and a web link.
             text = "\n".join(

@@ -103,25 +103,37 @@ def _megabytes(count: int) -> str:
     return f"{count / 1e6:.1f} MB" if count >= 1e5 else f"{count / 1e3:.0f} kB"
 
 
-def _kind(error: BaseException) -> str:
-    """``full``, ``read-only``, ``denied``, ``locked``, ``damaged`` or ``""``."""
+# What SQLite says (its error name, or the words sqlite3 and SQLAlchemy show) for each
+# kind of fault; an OSError's errno says it for the files beside the database.
+_SQLITE = {
+    "full": (("SQLITE_FULL",), "database or disk is full"),
+    "read-only": (("SQLITE_READONLY",), "attempt to write a readonly database"),
+    "denied": (("SQLITE_PERM",), "access permission denied"),
+    "locked": (("SQLITE_BUSY", "SQLITE_LOCKED"), "database is locked"),
+    "damaged": (("SQLITE_NOTADB", "SQLITE_CORRUPT"), "file is not a database"),
+}
+_ERRNO = {"full": _FULL, "read-only": (errno.EROFS,), "denied": (errno.EACCES, errno.EPERM)}
+
+
+def _kind(error: BaseException, folder: Path | None) -> str:
+    """``full``, ``read-only``, ``denied``, ``locked``, ``damaged`` or ``""``. An
+    ``OSError`` naming a file outside the store's ``folder`` (a download's destination) is
+    no fault of the store."""
+    if isinstance(error, OSError) and not isinstance(error, sqlite3.Error):
+        named = error.filename
+        if named is not None and folder is not None \
+                and not Path(os.path.abspath(str(named))).is_relative_to(os.path.abspath(folder)):
+            return ""
+        return next((kind for kind, numbers in _ERRNO.items() if error.errno in numbers), "")
     name = getattr(error, "sqlite_errorname", "") or ""
     text = str(error).lower()
-    if isinstance(error, OSError) and error.errno in _FULL or name == "SQLITE_FULL" or "disk is full" in text:
-        return "full"
-    if isinstance(error, OSError) and error.errno == errno.EROFS or name.startswith("SQLITE_READONLY") \
-            or "readonly database" in text or "read-only file system" in text:
-        return "read-only"
-    if isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM) or name == "SQLITE_PERM":
-        return "denied"
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in text:
-        return "locked"
-    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in text or "malformed" in text:
-        return "damaged"
+    for kind, (names, words) in _SQLITE.items():
+        if name.startswith(names) or words in text or kind == "damaged" and "disk image is malformed" in text:
+            return kind
     return ""
 
 
-def _diagnose(error: BaseException) -> tuple[str, BaseException]:
+def _diagnose(error: BaseException, folder: Path | None = None) -> tuple[str, BaseException]:
     """The kind of fault (see :func:`_kind`) and the innermost error in ``error``'s chain
     that shows it (MLflow and SQLAlchemy wrap sqlite3's); ``("", error)`` when none does."""
     chain: list[BaseException] = []
@@ -130,16 +142,17 @@ def _diagnose(error: BaseException) -> tuple[str, BaseException]:
         chain.append(cause)
         cause = cause.__cause__ or cause.__context__
     for cause in reversed(chain):
-        kind = _kind(cause)
+        kind = _kind(cause, folder)
         if kind:
             return kind, cause
     return "", error
 
 
-def is_store_fault(error: BaseException) -> bool:
-    """Whether ``error`` shows a store that is full, read-only, not writable by this user,
-    locked or damaged (and not, say, a run id that does not exist)."""
-    return bool(_diagnose(error)[0])
+def is_store_fault(error: BaseException, database: Path) -> bool:
+    """Whether ``error`` shows that the SQLite store ``database`` (or the artifacts beside
+    it) is full, read-only, not writable by this user, locked or damaged (and not, say,
+    that a run id does not exist, or that a download's destination is full)."""
+    return bool(_diagnose(error, database.parent)[0])
 
 
 def _reason(error: BaseException) -> str:
@@ -159,9 +172,12 @@ def store_fault(error: BaseException, database: Path, doing: str = "") -> Tracki
     """A :class:`TrackingError` that says what is wrong with the SQLite store ``database``
     from ``error`` (an ``OSError``, a ``sqlite3`` error, or one that wraps them) and what
     to do; ``doing`` says what the run was writing."""
-    kind, error = _diagnose(error)
+    kind, error = _diagnose(error, database.parent)
     folder = database.parent
-    what = f" ({doing}: {_reason(error)})" if doing else f" ({_reason(error)})"
+    reason = _reason(error)
+    what = f" ({doing}: {reason})" if doing else f" ({reason})"
+    if kind == "read-only" and not doing and reason.lower() == "read-only file system":
+        what = ""  # the message says it
     if kind == "full":
         return TrackingError(
             f"no space left on the disk that holds the tracking store {folder}{what}; free some "

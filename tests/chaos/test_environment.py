@@ -33,6 +33,8 @@ from tests.chaos.helpers import (
 from tests.chaos.mounts import read_only
 
 NOISE = ("Traceback", "internal error", "[SQL:", "sqlalche.me")
+pytestmark = pytest.mark.slow  # each test runs the tiny workflow once or twice (10-40 s)
+
 STORE_SPEC = SPEC.replace("report:", "tracking:\n  uri: sqlite:///store/mlflow.db\nreport:")
 
 
@@ -82,6 +84,18 @@ def test_a_read_only_cache_is_refused_before_any_stage(tmp_path: Path) -> None:
     again = invoke(tmp_path, "run", "spec.yaml", "execution.cache_dir=elsewhere")
     assert again.exit_code == 0, again.output
     assert len(list((tmp_path / "elsewhere").glob("*/outputs.json"))) == 4
+
+
+def test_a_store_that_is_not_a_database_is_named_before_any_stage(tmp_path: Path) -> None:
+    """Bytes that are not SQLite where the store should be: exit 1 saying how to move the
+    file aside; nothing computed, nothing overwritten."""
+    database = store_workflow(tmp_path)
+    database.write_bytes(b"\x00\xffnot a database" * 100)
+    result = invoke(tmp_path, "run", "spec.yaml")
+    assert result.exit_code == 1, result.output
+    assert f"error: the tracking store {database} is not a usable SQLite database" in result.output
+    assert f"`mv {database} {database}.broken`" in result.output and quiet(result.output)
+    assert entries(tmp_path) == [] and database.read_bytes().startswith(b"\x00\xffnot a database")
 
 
 HOLDER = """

@@ -125,6 +125,7 @@ def test_a_full_disk_is_named_and_a_rerun_finishes(
     assert finished_once(runs, 2), runs
 
 
+@pytest.mark.slow  # two runs of the tiny workflow
 def test_a_real_full_disk_under_the_cache_says_what_to_free(tmp_path: Path) -> None:
     """The cache on a full tmpfs: every fit fails naming the disk, the cache's size and
     how to empty it; nothing half-written stays; freeing the disk lets a rerun finish."""
@@ -150,6 +151,7 @@ def test_a_real_full_disk_under_the_cache_says_what_to_free(tmp_path: Path) -> N
 STORE_SPEC = SPEC.replace("report:", "tracking:\n  uri: sqlite:///store/mlflow.db\nreport:")
 
 
+@pytest.mark.slow  # two runs of the tiny workflow
 @pytest.mark.parametrize("when", ["before the run", "during the run"])
 def test_a_full_disk_under_the_store_is_named_and_a_rerun_finishes(
     when: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
