@@ -10,10 +10,10 @@
 #   gpu_tests       pytest -m gpu tests/engines/test_device.py (every engine on the device)
 #   wf              the default workflow (cold_posterior) on the device, in a scratch
 #                   folder with its own MLflow store and stage cache, /usr/bin/time -v
+#   wf_cpu          the same workflow on the CPU, for the device/CPU ratio
 #   bench:<case>    python -m benchmarks.run --device <dev> --quick --cases <case>, one
 #                   process per case so a timeout loses only that case (grids first:
 #                   its 10,000-chain Pima SGHMC is the case a GPU is for)
-#   wf_cpu          the same workflow on the CPU, for the device/CPU ratio
 # Results in $OUT (7 files, at most 2 folders deep):
 #   summary.txt     a line per step (wall seconds, exit code), stage seconds, peak RSS
 #   env.log         install output, nvidia-smi, python/torch versions, import check
@@ -26,7 +26,7 @@
 # Knobs (environment): PYTHON (python3), GPU_CHECK_DEVICE (cuda), SKIP_INSTALL=1,
 # OUT (/tmp/gpu_check_out when unset), BUDGET_S (470), WF_OVERRIDES ("seeds=[0]"; set
 # it empty for the full two-seed default), BENCH_MODE (--quick), STEPS (the step list
-# above, in this order: "gpu_tests wf bench:grids bench:pima bench:digits wf_cpu"), and
+# above, in this order: "gpu_tests wf wf_cpu bench:grids bench:pima bench:digits"), and
 # per-step caps in seconds T_GPU_TESTS (90), T_WF (180), T_BENCH (120 a case), T_WF_CPU (120).
 set -uo pipefail
 
@@ -42,7 +42,7 @@ T_GPU_TESTS=${T_GPU_TESTS:-90}
 T_WF=${T_WF:-180}
 T_WF_CPU=${T_WF_CPU:-120}
 T_BENCH=${T_BENCH:-120}
-STEPS=${STEPS:-gpu_tests wf bench:grids bench:pima bench:digits wf_cpu}
+STEPS=${STEPS:-gpu_tests wf wf_cpu bench:grids bench:pima bench:digits}
 SCRATCH=$(mktemp -d /tmp/gpu_check.XXXXXX)
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
@@ -87,7 +87,7 @@ run_step() {
 
 if [[ ${SKIP_INSTALL:-0} != 1 ]]; then
     began=$(date +%s)
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    timeout 180 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl >> "$OUT/env.log" 2>&1
     rc=$?
     echo "install: wall $(( $(date +%s) - began ))s exit $rc ($(ls .whl/*.whl | wc -l) wheels)" \
@@ -188,7 +188,7 @@ for step in $STEPS; do
             if [[ $DEVICE != cuda ]]; then
                 echo "gpu_tests: skipped (device $DEVICE)" | tee -a "$SUMMARY"; continue
             fi
-            run_step gpu_tests bench.log "$T_GPU_TESTS" "$PYTHON" -m pytest -q -x -p no:cacheprovider \
+            run_step gpu_tests bench.log "$T_GPU_TESTS" "$PYTHON" -m pytest -q -p no:cacheprovider \
                 -m gpu tests/engines/test_device.py
             ;;
         wf)
