@@ -26,7 +26,36 @@ from bayesflow.spec.settings import (
 )
 from bayesflow.spec.strict import Strict
 
-__all__ = ["WorkflowSpec"]
+__all__ = ["LABEL_DIGITS", "WorkflowSpec", "temperature_label"]
+
+# Stage names, MLflow run names, the summary table and the report print a temperature to
+# this many significant digits (``f"{T:g}"``): two temperatures of one grid must differ
+# within them, or their cells would share a name and merge.
+LABEL_DIGITS = 6
+
+
+def temperature_label(temperature: float) -> str:
+    """How a temperature is printed in stage names and reports (``0.1``, ``1e-07``)."""
+    return f"{temperature:.{LABEL_DIGITS}g}"
+
+
+def _label_collisions(temperatures: list[float]) -> list[str]:
+    """One line per label that two different temperatures of the grid would share."""
+    by_label: dict[str, list[int]] = {}
+    for index, temperature in enumerate(temperatures):
+        by_label.setdefault(temperature_label(temperature), []).append(index)
+    problems = []
+    for label, indices in by_label.items():
+        distinct = sorted({temperatures[index] for index in indices})
+        if len(distinct) < 2:
+            continue  # equal values: the duplicates check names them
+        shown = " and ".join(f"temperatures[{index}] = {temperatures[index]!r}" for index in indices)
+        problems.append(
+            f"{shown} would share the label T={label} (stage names, MLflow runs and the report "
+            f"print {LABEL_DIGITS} significant digits), so their cells would merge; give "
+            f"temperatures that differ within {LABEL_DIGITS} significant digits, or keep one"
+        )
+    return problems
 
 
 class WorkflowSpec(Strict):
@@ -108,4 +137,8 @@ class WorkflowSpec(Strict):
                 f"expected unique temperatures, got {', '.join(f'{t:g}' for t in duplicates)} "
                 "more than once; remove the repeats"
             )
-        return temperatures
+        collisions = _label_collisions(temperatures)
+        if collisions:
+            raise ValueError("; ".join(collisions))
+        # -0.0 passes `>= 0` but would print as T=-0: one zero.
+        return [abs(t) if t == 0 else t for t in temperatures]
