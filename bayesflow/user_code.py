@@ -201,7 +201,7 @@ def run_user_code(
             f"{key}: {what} failed: SyntaxError at {user_frame(error, files)}: "
             f"{_shorten(error.msg)}; fix the file"
         ) from error
-    except Exception as error:  # noqa: BLE001 - any error of the user's code
+    except Exception as error:
         where = user_frame(error, files)
         raise SpecError(
             f"{key}: {what} raised {type(error).__name__}: {_shorten(str(error))}"

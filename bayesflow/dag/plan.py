@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import Any
 
-from bayesflow.methods.registry import traits_of
 from bayesflow.errors import SpecError
+from bayesflow.methods.registry import traits_of
 from bayesflow.spec.models import LABEL_DIGITS, WorkflowSpec, temperature_label
 
 __all__ = [
