@@ -247,3 +247,51 @@ def test_imdb_files_that_are_not_text_get_a_short_message(files: dict[str, bytes
     assert validated.exit_code == 3, validated.output[:2000]
     assert expected in validated.output
     assert len(validated.output) <= 500 and "Traceback" not in validated.output
+
+
+def test_a_forward_that_exits_fails_its_stage_not_the_run_quietly(user_module: str, tmp_path: Path) -> None:
+    """A model whose forward calls sys.exit(0) during the fit: the stage fails, named, the
+    run exits 1 (not 0 with nothing done) and its fit run is FAILED, not RUNNING."""
+    from tests.chaos.helpers import fit_runs
+
+    (tmp_path / f"{user_module}.py").write_text(
+        "import sys\nimport torch\n\n\nclass Net(torch.nn.Module):\n"
+        "    def __init__(self, features, outputs):\n        super().__init__()\n"
+        "        self.linear = torch.nn.Linear(features, outputs)\n\n"
+        "    def forward(self, inputs):\n        sys.exit(0)\n\n\n"
+        "def make(num_features, num_outputs):\n    return Net(num_features, num_outputs)\n"
+    )
+    workflow(tmp_path, MODEL_SPEC.replace("{module}", user_module))
+    run = invoke(tmp_path, "run", "spec.yaml")
+    assert run.exit_code == 1, run.output
+    assert f"the code it ran called sys.exit(0) at {tmp_path / (user_module + '.py')}:11 in forward" in run.output
+    assert fit_runs(tmp_path) == {"fit/map/T=shared/seed=0": ["FAILED"]}
+
+
+def test_an_endless_loop_is_stopped_in_the_real_command(tmp_path: Path) -> None:
+    """Through the installed command (a process of its own, the watchdog's SIGALRM in its
+    main thread): exit 3 within the limit, the user's line named, no traceback."""
+    import os
+    import subprocess
+
+    (tmp_path / "looping_net.py").write_text("import time\n\nwhile True:\n    time.sleep(0.01)\n")
+    write_table(tmp_path, good_rows(), spec=MODEL_SPEC.replace("{module}", "looping_net"))
+    environment = {**os.environ, "BAYESFLOW_USER_CODE_TIMEOUT": "2", "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run(
+        [sys.executable, "-m", "bayesflow.cli", "validate", "spec.yaml"], cwd=tmp_path,
+        capture_output=True, text=True, env=environment, timeout=300,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "importing module 'looping_net' did not return within 2 s; it was stopped at " in done.stderr
+    assert f"{tmp_path / 'looping_net.py'}:4 in <module>: `time.sleep(0.01)`" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_spec_keys_that_do_not_print_are_escaped(tmp_path: Path) -> None:
+    """A key holding a right-to-left override (which reorders what a terminal shows) or a
+    control character is shown escaped in the message, never raw."""
+    write_table(tmp_path, good_rows(), spec=TABLE_SPEC.replace("seeds: [0]", 'seeds: [0]\n"\\u202eseeds\\x07": [1]'))
+    validated = invoke(tmp_path, "validate", "spec.yaml")
+    assert validated.exit_code == 3, validated.output
+    assert "unknown key `\\u202eseeds\\x07`; did you mean `seeds`?" in validated.output
+    assert "\u202e" not in validated.output and "\x07" not in validated.output
