@@ -9,6 +9,7 @@ keys. Checks that span several keys are in :mod:`bayesflow.spec.relations`.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, NonNegativeFloat, ValidationInfo, field_validator
@@ -28,6 +29,7 @@ from bayesflow.spec.strict import Strict
 
 __all__ = ["LABEL_DIGITS", "WorkflowSpec", "temperature_label"]
 
+METHOD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,59}")
 # Stage names, MLflow run names, the summary table and the report print a temperature to
 # this many significant digits (``f"{T:g}"``): two temperatures of one grid must differ
 # within them, or their cells would share a name and merge.
@@ -114,9 +116,38 @@ class WorkflowSpec(Strict):
             raise ValueError(problem)
         return plots
 
+    @field_validator("methods")
+    @classmethod
+    def _method_names(cls, methods: dict[str, Any]) -> dict[str, Any]:
+        # A method's name is a part of stage names (`fit/<method>/T=.../seed=...`), of
+        # `--force` globs and of MLflow run names: no `/`, glob characters or spaces.
+        bad = [name for name in methods if not METHOD_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(
+                f"method name {bad[0][:60]!r} is not a plain name: expected letters, digits, "
+                "`_`, `-` and `.`, starting with a letter, digit or `_`, at most 60 characters "
+                "(it becomes part of stage names); rename it, e.g. `sghmc_cold`"
+            )
+        return methods
+
+    @field_validator("seeds", "temperatures", mode="before")
+    @classmethod
+    def _no_booleans(cls, values: Any) -> Any:
+        # YAML reads `yes`, `on` and `true` as True, which pydantic would take for 1.
+        if isinstance(values, list) and any(isinstance(value, bool) for value in values):
+            found = next(value for value in values if isinstance(value, bool))
+            raise ValueError(f"expected numbers, got the boolean {str(found).lower()} (YAML reads yes, on and true as booleans, which would count as 1); write the number")
+        return values
+
     @field_validator("seeds")
     @classmethod
     def _unique_seeds(cls, seeds: list[int]) -> list[int]:
+        outside = [seed for seed in seeds if not -(2**63) <= seed < 2**63]
+        if outside:
+            raise ValueError(
+                f"expected seeds that fit in 64 bits (-2**63 to 2**63 - 1, what torch's generators "
+                f"take), got {str(outside[0])[:30]}; use a smaller seed"
+            )
         duplicates = sorted({seed for seed in seeds if seeds.count(seed) > 1})
         if duplicates:
             raise ValueError(

@@ -279,7 +279,7 @@ def test_an_endless_loop_is_stopped_in_the_real_command(tmp_path: Path) -> None:
     environment = {**os.environ, "BAYESFLOW_USER_CODE_TIMEOUT": "2", "PYTHONPATH": str(Path.cwd())}
     done = subprocess.run(
         [sys.executable, "-m", "bayesflow.cli", "validate", "spec.yaml"], cwd=tmp_path,
-        capture_output=True, text=True, env=environment, timeout=300,
+        capture_output=True, text=True, env=environment, timeout=300, check=False,
     )
     assert done.returncode == 3, done.stderr
     assert "importing module 'looping_net' did not return within 2 s; it was stopped at " in done.stderr
@@ -295,3 +295,22 @@ def test_spec_keys_that_do_not_print_are_escaped(tmp_path: Path) -> None:
     assert validated.exit_code == 3, validated.output
     assert "unknown key `\\u202eseeds\\x07`; did you mean `seeds`?" in validated.output
     assert "\u202e" not in validated.output and "\x07" not in validated.output
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("seeds=[99999999999999999999999]", "seeds: expected seeds that fit in 64 bits"),
+        ("seeds=[0,true]", "seeds: expected numbers, got the boolean true"),
+        ("temperatures=[on]", "temperatures: expected numbers, got the boolean true"),
+        ('methods={"../x*": {engine: map}}', "methods: method name '../x*' is not a plain name"),
+    ],
+    ids=["a seed past 64 bits", "a boolean seed", "a boolean temperature", "a method name with / and *"],
+)
+def test_grid_values_a_run_cannot_name_or_seed_are_refused(override: str, expected: str, tmp_path: Path) -> None:
+    """A seed torch cannot take (an internal error at the fit before), `true` read as 1
+    and a method name that would break stage names and globs: exit 3 at validate."""
+    write_table(tmp_path, good_rows())
+    validated = invoke(tmp_path, "validate", "spec.yaml", override)
+    assert validated.exit_code == 3, validated.output
+    assert expected in validated.output and "Traceback" not in validated.output
