@@ -314,3 +314,32 @@ def test_grid_values_a_run_cannot_name_or_seed_are_refused(override: str, expect
     validated = invoke(tmp_path, "validate", "spec.yaml", override)
     assert validated.exit_code == 3, validated.output
     assert expected in validated.output and "Traceback" not in validated.output
+
+
+def test_an_endless_loop_outside_the_main_thread_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no SIGALRM can be used (a stage run in a thread), the watchdog raises into
+    the looping thread itself and names the line it was on."""
+    import threading
+
+    from bayesflow.errors import SpecError
+    from bayesflow.user_code import run_user_code
+
+    monkeypatch.setenv("BAYESFLOW_USER_CODE_TIMEOUT", "0.5")
+    caught: list[BaseException] = []
+
+    def loop() -> None:
+        while True:
+            pass
+
+    def worker() -> None:
+        try:
+            run_user_code(loop, "model.python", "calling make()", [__file__])
+        except SpecError as error:
+            caught.append(error)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and len(caught) == 1
+    assert "model.python: calling make() did not return within 0.5 s; it was stopped at " in str(caught[0])
+    assert "in loop: `while True:`" in str(caught[0]) or "in loop: `pass`" in str(caught[0])
