@@ -15,10 +15,12 @@ import numpy as np
 from bayesflow.data.checks import column_problems
 from bayesflow.data.checks import standardize as standardize_columns
 from bayesflow.data.dataset import DATASETS, Dataset, resolve_path, split
+from bayesflow.data.sniff import check_text, excerpt, first_row_problem, names
 from bayesflow.errors import DataError, SpecError
 
 __all__ = ["MAX_CLASSES", "csv", "csv_target_task", "none", "sklearn_digits", "target_task"]
 
+CSV_EXPECTED = "a UTF-8 text file of comma-separated values with a header row"
 # An integer target column with at most this many distinct values is read as class labels.
 MAX_CLASSES = 50
 
@@ -99,8 +101,8 @@ def _read_csv(path: str, target: str, base_dir: Path | None) -> Any:
     frame = _parse(file)
     if target not in frame.columns:
         raise SpecError(
-            f"data.target: column {target!r} is not in {file.name} "
-            f"(columns: {', '.join(map(str, frame.columns))})"
+            f"data.target: column {excerpt(target)} is not in {file.name} "
+            f"(columns: {names(frame.columns)})"
         )
     if frame.empty:
         raise DataError(
@@ -118,18 +120,20 @@ def _parse(file: Path) -> Any:
     """
     import pandas as pd
 
-    try:
-        frame = pd.read_csv(file)
-        if isinstance(frame.index, pd.RangeIndex):
-            return frame
-        problem = _ragged(file) or "has rows with more fields than the header"
-    except pd.errors.EmptyDataError:
-        problem = "is empty; a CSV file needs a header row naming the columns, then one row per example"
-    except (pd.errors.ParserError, UnicodeDecodeError) as error:
-        problem = _ragged(file) or (
-            f"cannot be read as CSV ({str(error).strip()}); give a text file of comma-separated "
-            "values with a header row"
-        )
+    check_text(file, CSV_EXPECTED)
+    problem = first_row_problem(file)  # before pandas, which would index by those fields
+    if problem is None:
+        try:
+            frame = pd.read_csv(file)
+            if isinstance(frame.index, pd.RangeIndex):
+                return frame
+            problem = _ragged(file) or "has rows with more fields than the header"
+        except pd.errors.EmptyDataError:
+            problem = "is empty; a CSV file needs a header row naming the columns, then one row per example"
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as error:
+            problem = _ragged(file) or (
+                f"cannot be read as CSV ({excerpt(str(error).strip(), 120)}); give {CSV_EXPECTED}"
+            )
     raise DataError(f"data.path: {file.name} {problem}", str(file))
 
 
@@ -146,7 +150,7 @@ def _ragged(file: Path) -> str | None:
                 if row and len(row) != len(header):
                     return (
                         f"line {rows.line_num} has {len(row)} fields, the header {len(header)} "
-                        f"({', '.join(header)}); give every row one value per column"
+                        f"({names(header)}); give every row one value per column"
                     )
     except (OSError, UnicodeDecodeError, csv_module.Error):
         return None
@@ -157,7 +161,7 @@ def _target_values(frame: Any, target: str, file: Path) -> np.ndarray:
     """The target column, checked to be finite numbers (a spec's validation reads it too)."""
     values = frame[target].to_numpy()
     if not np.issubdtype(values.dtype, np.number):
-        examples = ", ".join(repr(value) for value in frame[target].dropna().unique()[:3])
+        examples = ", ".join(excerpt(str(value)) for value in frame[target].dropna().unique()[:3])
         raise DataError(
             f"data.target: column {target!r} of {file.name} is not numeric (it holds {examples}); "
             "encode the classes as 0, 1, ..., or give a numeric target", str(file),
@@ -211,8 +215,8 @@ def csv(
         column = features[non_numeric[0]]
         example = column[pd.to_numeric(column, errors="coerce").isna() & column.notna()].iloc[0]
         raise DataError(
-            f"data.path: column{'s' if many else ''} {', '.join(map(repr, non_numeric))} of {file.name} "
-            f"{'are' if many else 'is'} not numeric (e.g. {example!r}); give numbers, or drop "
+            f"data.path: column{'s' if many else ''} {names(map(repr, non_numeric))} of {file.name} "
+            f"{'are' if many else 'is'} not numeric (e.g. {excerpt(str(example))}); give numbers, or drop "
             f"{'those columns' if many else 'that column'}", str(file),
         )
     problems = column_problems(features, file.name)
