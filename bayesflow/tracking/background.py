@@ -28,8 +28,13 @@ sequence a synchronous hook would write.
   :class:`~bayesflow.errors.TrackingError` with its message.
 - **Interrupts.** ``on_interrupt`` first waits for every queued call (each one logs a
   stage that had finished: nothing is dropped), then calls the hook's own. The worker
-  process ignores SIGINT, so the Ctrl-C that reaches the whole process group does not
-  cut its calls short.
+  process ignores SIGINT, SIGTERM and SIGHUP, so the Ctrl-C, or the SIGTERM of
+  ``timeout``, systemd or Slurm, that reaches the whole process group does not cut its
+  calls short: it ends when the scheduling process stops it or its pipe closes. A
+  message to it is written whole (:func:`bayesflow.stopping.deferred`).
+- **A worker that dies** (killed alone, e.g. by the out-of-memory killer) is a
+  :class:`~bayesflow.errors.TrackingError` naming its pid and the signal or exit code,
+  raised at the scheduling thread's next hook call or wait: never a hang.
 - **Finishing.** :meth:`BackgroundHook.finish` runs one last function on the worker's hook
   after every queued call (publishing the stages, ending the parent run) and stops the
   worker; :meth:`BackgroundHook.close` stops it without one. A process whose parent dies
@@ -50,6 +55,8 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from bayesflow.stopping import deferred
 
 __all__ = ["BackgroundHook"]
 
@@ -132,16 +139,20 @@ class BackgroundHook:
         if process:
             ours, theirs = socket.socketpair()
             with theirs:
+                # Its own session: a signal sent to the run's process group (Ctrl-C at a
+                # terminal, `timeout`) is not for it (it also ignores them: _serve_child).
                 self._worker: Any = _Child(subprocess.Popen(
                     [sys.executable, "-m", "bayesflow.tracking.background", str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
                 ))
             connection = multiprocessing.connection.Connection(ours.detach())
 
             def send(message: Message) -> None:
                 # The body pickled apart, so the worker can answer a body it cannot read.
                 kind, body = message
-                connection.send((kind, kind == "run" and body[2], pickle.dumps(body)))
+                raw = pickle.dumps(body)
+                with deferred():  # a stop signal must not cut a message in two
+                    connection.send((kind, kind == "run" and body[2], raw))
 
             self._send: Callable[[Message], None] = send
             self._poll: Callable[[float | None], Message | None] = lambda timeout: (
@@ -211,7 +222,12 @@ class BackgroundHook:
         if self._error is None:
             from bayesflow.errors import TrackingError
 
-            self._error = TrackingError("the tracking worker process ended unexpectedly")
+            how = self._worker.ended() if isinstance(self._worker, _Child) else "ended"
+            self._error = TrackingError(
+                f"the tracking worker process {how} before the run's logging was done "
+                "(killed alone, e.g. by the out-of-memory killer?); the run stops here. "
+                "Finished stages are cached: rerun the same command to finish and log them"
+            )
 
     def _put(self, method: str, *args: Any, **kwargs: Any) -> None:
         try:
@@ -267,10 +283,11 @@ class BackgroundHook:
         self._put("on_failure", stage, portable(error) if self._process else error, detail)
 
     def on_interrupt(self, stage: Any) -> None:
-        """Every finished stage is logged first, then the hook's own ``on_interrupt``."""
+        """Every finished stage is logged first, then the hook's own ``on_interrupt``.
+        An error met meanwhile (a worker that died too) is kept, not raised: the
+        interrupt is what ends the run."""
         if not self._stopped:
             self._request(_interrupt, (stage,), stop=False)
-        self._raise()
 
 
 def _interrupt(hook: Any, stage: Any) -> None:
@@ -297,6 +314,19 @@ class _Child:
     def exitcode(self) -> int | None:
         return self.process.poll()
 
+    def ended(self, timeout: float = 5.0) -> str:
+        """How the process ended, e.g. ``(pid 12) was killed by SIGKILL``, for a message."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:  # its pipe closed, the process lingers
+            return f"(pid {self.pid}) closed its pipe"
+        if code < 0:
+            try:
+                return f"(pid {self.pid}) was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"(pid {self.pid}) was killed by signal {-code}"
+        return f"(pid {self.pid}) exited with code {code}"
+
 
 def _serve_child(descriptor: int) -> None:
     """The worker process's entry (``python -m bayesflow.tracking.background FD``): the
@@ -304,8 +334,12 @@ def _serve_child(descriptor: int) -> None:
     opener; then :func:`serve` runs over the socket. A subprocess, not
     ``multiprocessing``'s spawn, which re-runs the user's ``__main__`` in the child (a
     script calling ``bayesflow.run`` at its top level would run again there)."""
-    # Ctrl-C is the scheduling process's to handle: it waits for every call to be made.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C, and SIGTERM or SIGHUP sent to the whole process group (timeout, systemd,
+    # Slurm), are the scheduling process's to handle: it waits for every queued call to
+    # be made, then stops this one; if it dies instead, the pipe closes and this exits.
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     connection = multiprocessing.connection.Connection(descriptor)
     try:
         sys.path[:] = connection.recv()

@@ -100,11 +100,16 @@ def worker_is_process(tracker: Any, computing: bool = True) -> bool:
     return mlflow and worker != "thread" and (computing or worker == "process")
 
 
-def end_own_runs(tracker: Any, experiment: str, status: str) -> None:
+def end_own_runs(tracker: Any, experiment: str, status: str, reason: str | None = None) -> None:
     """End every run this process left RUNNING (an interrupt can land between a run's
-    creation and its end, wherever that is)."""
+    creation and its end, wherever that is) with ``status``; ``reason`` (default for
+    KILLED: ``interrupted``) goes to its ``bayesflow.error`` tag."""
+    from bayesflow.tracking.hook import ERROR_LIMIT
+
+    if reason is None and status == "KILLED":
+        reason = "interrupted"
     for record in tracker.search_runs(experiment, status="RUNNING"):
         if record.tags.get("bayesflow.pid") == str(os.getpid()):
-            if status == "KILLED":
-                tracker.set_tags(record.run_id, {"bayesflow.error": "interrupted"})
+            if reason:
+                tracker.set_tags(record.run_id, {"bayesflow.error": reason[:ERROR_LIMIT]})
             tracker.end_run(record.run_id, status)
