@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,11 @@ def run(
             with Cache(folder).lock(wait=waits, timeout=timeout):
                 uri = tracking_uri_of(loaded)
                 console.print(f"MLflow tracking URI: {uri}", highlight=False)
+                if os.environ.get("BAYESFLOW_TRACKING_WORKER") != "thread":
+                    # The tracking worker imports mlflow while the data load (background.py).
+                    from bayesflow.tracking.background import prestart
+
+                    prestart()
                 prepared = prepare(loaded)  # the data are loaded and the plan is made once
                 progress = ProgressHook(len(prepared.plan.stages))
                 with progress.progress:

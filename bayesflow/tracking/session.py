@@ -89,15 +89,18 @@ def finish_tracking(
 
 def worker_is_process(tracker: Any, computing: bool = True) -> bool:
     """Whether the tracking worker is a process (tracking/background.py): for an MLflow
-    store while stages compute, unless BAYESFLOW_TRACKING_WORKER is ``thread`` (or
-    ``process``: always). With every stage cached nothing competes for the GIL, and a
-    thread saves starting a second interpreter (a no-op rerun of a tiny workflow: 7.6 s
-    against 5.5 s from the command line, measured). Other trackers live in this process."""
+    store while stages compute or when one was prestarted (``bayesflow run`` starts it
+    before loading the data), unless BAYESFLOW_TRACKING_WORKER is ``thread`` (or
+    ``process``: always). Started late with every stage cached, nothing competes for the
+    GIL and a thread saves starting a second interpreter (a no-op rerun of a tiny
+    workflow: 7.6 s against 5.5 s from the command line, measured). Other trackers live in
+    this process."""
+    from bayesflow.tracking.background import prestarted
     from bayesflow.tracking.mlflow_tracker import MlflowTracker  # mlflow itself is not imported
 
     worker = os.environ.get("BAYESFLOW_TRACKING_WORKER", "")
     mlflow = type(tracker) is MlflowTracker  # a wrapper of one lives in this process
-    return mlflow and worker != "thread" and (computing or worker == "process")
+    return mlflow and worker != "thread" and (computing or worker == "process" or prestarted())
 
 
 def end_own_runs(tracker: Any, experiment: str, status: str, reason: str | None = None) -> None:

@@ -246,3 +246,18 @@ def test_a_message_the_worker_process_cannot_read_is_an_error_not_a_hang(
     with pytest.raises(ModuleNotFoundError, match="only_in_this_process"):
         hook.finish(only_here.unreachable)
     assert hook._worker.exitcode == 0
+
+
+def test_a_prestarted_worker_process_is_taken_by_the_next_hook(tmp_path: Path) -> None:
+    """prestart() starts the process early; the next process hook uses it, not another."""
+    from bayesflow.tracking import background
+
+    background.prestart()
+    assert background.prestarted()
+    pid = background._prestarted[0].pid  # type: ignore[index]
+    path = tmp_path / "calls.jsonl"
+    hook = BackgroundHook(functools.partial(FileRecorder, str(path)), process=True)
+    assert not background.prestarted() and hook._worker.pid == pid
+    hook.before_stage("s0")
+    assert hook.finish(summary, "done") == "done: 1 calls"
+    assert [json.loads(line)[0] for line in path.read_text().splitlines()] == [pid]
