@@ -1,5 +1,5 @@
 """A rerun with nothing to compute, through the real command line: it still makes its
-MLflow parent run and links every reused fit, and imports nothing a computation needs."""
+MLflow parent run and links every reused fit, and imports nothing a computation needs (torch, scikit-learn: the split is remembered)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_a_no_op_rerun_logs_its_parent_and_does_not_import_torch(tmp_path: Path)
     assert re.search(r"stages: 0 ran, (\d+) cached, 0 failed", rerun.stdout), rerun.stdout
     imported = {line.rsplit("|", 1)[1].strip() for line in rerun.stderr.splitlines() if line.startswith("import time:")}
     assert "bayesflow.api" in imported  # the listing is there
-    assert not {"torch", "jupyter_client", "papermill"} & imported
+    assert not {"torch", "sklearn", "jupyter_client", "papermill"} & imported
     mlflow = client(tmp_path)
     runs = mlflow.search_runs([mlflow.get_experiment_by_name("tiny").experiment_id])
     parents = sorted((run for run in runs if run.data.tags.get("bayesflow.role") == "parent"),
