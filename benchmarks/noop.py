@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMMAND", "measure", "main"]
+__all__ = ["COMMAND", "main", "measure"]
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ["run", "cold_posterior", "seeds=[0]", "temperatures=[1]", "execution.device=cpu"]

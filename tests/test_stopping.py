@@ -35,12 +35,11 @@ def test_sigterm_raises_stopped_once_and_a_second_is_noted(capfd: pytest.Capture
 
 def test_a_deferred_block_raises_the_signal_when_it_ends() -> None:
     finished = []
-    with stop_on_signals(), pytest.raises(Stopped, match="SIGHUP"):
-        with deferred():
-            os.kill(os.getpid(), signal.SIGHUP)
-            with deferred():  # nested: still held
-                finished.append("inner")
-            finished.append("outer")
+    with stop_on_signals(), pytest.raises(Stopped, match="SIGHUP"), deferred():
+        os.kill(os.getpid(), signal.SIGHUP)
+        with deferred():  # nested: still held
+            finished.append("inner")
+        finished.append("outer")
     assert finished == ["inner", "outer"]
 
 
