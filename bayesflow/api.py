@@ -248,6 +248,13 @@ def run(
             spec's ``execution.keep_going``, itself True by default for sweeps).
         hooks: extra hooks (e.g. a progress display).
         tracker: a tracker to use instead of MLflow at the spec's URI (tests).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C, or :class:`~bayesflow.stopping.Stopped` for SIGTERM or
+            SIGHUP (handled so while the run goes, from the main thread, unless another
+            handler is set): the finished stages logged, the runs ended KILLED.
+        TrackingError: the store failed, or the tracking worker died; the runs it left
+            RUNNING are ended FAILED with the message.
     """
     from bayesflow.report.kernel import prestarted
     from bayesflow.stages import StageRunner
