@@ -8,9 +8,11 @@ guards against a hang) and signals it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -82,12 +84,20 @@ def runs_by_role(folder: Path) -> dict[str, list]:
 
 
 def parent_is_running(folder: Path) -> bool:
-    mlflow = client(folder)
-    experiment = mlflow.get_experiment_by_name("tiny")
-    if experiment is None:
+    """Whether the run's parent run is in the store, RUNNING. Read with sqlite3, read-only:
+    an MLflow client would create the store's tables itself, racing the run's worker."""
+    database = folder / "mlflow.db"
+    if not database.exists():
         return False
-    runs = mlflow.search_runs([experiment.experiment_id], "tags.`bayesflow.role` = 'parent'")
-    return [run.info.status for run in runs] == ["RUNNING"]
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1)) as store:
+            rows = store.execute(
+                "SELECT runs.status FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
+                "WHERE tags.key = 'bayesflow.role' AND tags.value = 'parent'"
+            ).fetchall()
+    except sqlite3.Error:  # the tables are being made
+        return False
+    return rows == [("RUNNING",)]
 
 
 def assert_stopped_truthfully(folder: Path, process: subprocess.Popen[str], worker: psutil.Process) -> int:
