@@ -18,9 +18,10 @@ Where templates are found (:func:`find_template`), in order:
    notebook is the user's code and runs as such, like a ``python:`` model;
 2. ``./templates/<name>.py`` under the current working directory (a user's own
    templates, next to their workflows);
-3. the templates shipped inside the package, ``bayesflow/templates/<name>.py``, found
-   through :mod:`importlib.resources` so that an installed wheel renders reports as a
-   checkout does.
+3. the templates that ship with bayesflow: the top-level ``templates/`` of a checkout,
+   carried inside an installed wheel as ``bayesflow/templates/`` (:mod:`bayesflow.shipped`
+   finds either), so that an installed wheel renders reports as a checkout does. From a
+   clone's root, 2 and 3 are the same folder.
 
 The kernel runs the same interpreter as bayesflow (``sys.executable``): a kernelspec
 for it is written into a private temporary folder that is put first on
@@ -106,9 +107,9 @@ class RenderedReport:
 
 def template_folders() -> list[Path]:
     """Return the folders searched for templates by name, in search order."""
-    from importlib import resources
+    from bayesflow.shipped import shipped_folder
 
-    shipped = Path(str(resources.files("bayesflow") / "templates"))
+    shipped = shipped_folder("templates")
     folders = [Path.cwd() / "templates", shipped]
     unique: list[Path] = []
     for folder in folders:
