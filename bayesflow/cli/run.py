@@ -182,17 +182,19 @@ def run(
             with Cache(folder).lock(wait=waits, timeout=timeout):
                 uri = tracking_uri_of(loaded)
                 console.print(f"MLflow tracking URI: {uri}", highlight=False)
-                if os.environ.get("BAYESFLOW_TRACKING_WORKER") != "thread":
-                    # The tracking worker imports mlflow while the data load (background.py).
-                    from bayesflow.tracking.background import prestart
+                from bayesflow.tracking.background import discard_prestarted, prestart
 
-                    prestart()
-                prepared = prepare(loaded)  # the data are loaded and the plan is made once
-                progress = ProgressHook(len(prepared.plan.stages))
-                with progress.progress:
-                    result = run_workflow(
-                        prepared, force=force or False, keep_going=keep_going, hooks=[progress]
-                    )
+                if os.environ.get("BAYESFLOW_TRACKING_WORKER") != "thread":
+                    prestart()  # the tracking worker imports mlflow while the data load
+                try:
+                    prepared = prepare(loaded)  # the data are loaded and the plan is made once
+                    progress = ProgressHook(len(prepared.plan.stages))
+                    with progress.progress:
+                        result = run_workflow(
+                            prepared, force=force or False, keep_going=keep_going, hooks=[progress]
+                        )
+                finally:
+                    discard_prestarted()  # one the run did not take (it failed first)
             _summary(result)
         except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM / SIGHUP as Stopped
             console.print(_stopped_line(interrupt, progress), markup=False, highlight=False)

@@ -59,7 +59,7 @@ from typing import Any
 
 from bayesflow.stopping import deferred
 
-__all__ = ["BackgroundHook", "prestart", "prestarted"]
+__all__ = ["BackgroundHook", "discard_prestarted", "prestart", "prestarted"]
 
 Message = tuple[str, Any]
 
@@ -287,31 +287,45 @@ def _interrupt(hook: Any, stage: Any) -> None:
     hook.on_interrupt(stage)
 
 
-_prestarted: tuple[_Child, multiprocessing.connection.Connection] | None = None
+# A worker started by prestart(), its connection, and the folder it was started in.
+_prestarted: tuple[_Child, multiprocessing.connection.Connection, str] | None = None
 
 
 def prestart() -> None:
     """Start a worker process now, for the next :class:`BackgroundHook` made with
-    ``process=True`` to take: it imports mlflow (~2.5 s, the largest import of a no-op
-    rerun) on another core while this process loads the data and plans. Does nothing if
-    one is waiting already. Unused, it exits when this process does (its pipe closes)."""
+    ``process=True`` in this folder to take: it imports mlflow (~2.5 s, the largest import
+    of a no-op rerun) on another core while this process loads the data and plans. Does
+    nothing if one is waiting already. Unused, it ends at :func:`discard_prestarted` or
+    when this process does (its pipe closes)."""
     global _prestarted
     if _prestarted is None:
-        _prestarted = _spawn()
+        _prestarted = (*_spawn(), os.getcwd())
 
 
 def prestarted() -> bool:
-    """Whether a worker process started by :func:`prestart` is waiting to be taken."""
-    return _prestarted is not None and _prestarted[0].is_alive()
+    """Whether a worker process started by :func:`prestart` in this folder is waiting."""
+    return _prestarted is not None and _prestarted[0].is_alive() and _prestarted[2] == os.getcwd()
+
+
+def discard_prestarted() -> None:
+    """End a prestarted worker no hook took (the run failed before it began)."""
+    global _prestarted
+    taken, _prestarted = _prestarted, None
+    if taken is not None:
+        taken[1].close()  # it reads the end of its pipe and exits
 
 
 def _take_prestarted() -> tuple[_Child, multiprocessing.connection.Connection] | None:
-    global _prestarted
-    taken, _prestarted = _prestarted, None
-    if taken is not None and not taken[0].is_alive():  # it died waiting: start another
-        taken[1].close()
+    """The prestarted worker, if it lives and was started in this folder (relative paths,
+    MLflow's default artifact folder among them, are the worker's own)."""
+    if not prestarted():
+        discard_prestarted()
         return None
-    return taken
+    global _prestarted
+    assert _prestarted is not None
+    worker, connection, _ = _prestarted
+    _prestarted = None
+    return worker, connection
 
 
 def _spawn() -> tuple[_Child, multiprocessing.connection.Connection]:

@@ -255,9 +255,29 @@ def test_a_prestarted_worker_process_is_taken_by_the_next_hook(tmp_path: Path) -
     background.prestart()
     assert background.prestarted()
     pid = background._prestarted[0].pid  # type: ignore[index]
+    assert background._prestarted[2] == os.getcwd()  # type: ignore[index]
     path = tmp_path / "calls.jsonl"
     hook = BackgroundHook(functools.partial(FileRecorder, str(path)), process=True)
     assert not background.prestarted() and hook._worker.pid == pid
     hook.before_stage("s0")
     assert hook.finish(summary, "done") == "done: 1 calls"
     assert [json.loads(line)[0] for line in path.read_text().splitlines()] == [pid]
+
+
+def test_a_prestarted_worker_from_another_folder_is_not_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its relative paths would be another folder's: a fresh worker is started instead,
+    and the prestarted one ends."""
+    from bayesflow.tracking import background
+
+    background.prestart()
+    stale = background._prestarted[0]  # type: ignore[index]
+    monkeypatch.chdir(tmp_path)
+    assert not background.prestarted()
+    hook = BackgroundHook(functools.partial(FileRecorder, str(tmp_path / "calls.jsonl")), process=True)
+    assert hook._worker.pid != stale.pid
+    hook.before_stage("s0")
+    assert hook.finish(summary, "done") == "done: 1 calls"
+    stale.join()  # its pipe was closed: it ends
+    assert stale.exitcode == 0
