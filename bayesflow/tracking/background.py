@@ -20,6 +20,10 @@ sequence a synchronous hook would write.
   pickle for a process: :func:`bayesflow.tracking.session.open_tracking` bound to its
   arguments): the store is opened and the parent run started there, while the first
   stages compute.
+- **Prestart.** ``bayesflow run`` calls :func:`prestart` before it loads the data: the
+  worker process starts and imports mlflow on the other core meanwhile, and the next
+  process hook made in the same folder takes it (a no-op rerun of a small workflow no
+  longer waits for that import after the data; docs/benchmarks.md, issue 22).
 - **Errors.** The first exception the worker meets is kept and later calls are skipped
   (a failed store would fail them too); the scheduling thread raises it at its next hook
   call (as soon as the worker has reported it) or at :meth:`BackgroundHook.wait`, which
