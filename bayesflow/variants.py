@@ -31,10 +31,14 @@ def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None)
         if block not in cached:
             cached[block] = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
         check_data(cached[block], loaded.spec.likelihood.name)
-        if loaded.spec.model.name == "python":  # the user's module, imported and called now
-            from bayesflow.models.python import check_python_model
+        if loaded.spec.model.name == "python":
+            # The user's module imported and its factory called now, under the user-code
+            # guard, so that validate and run refuse code that fails, exits or hangs (exit 3)
+            # with the message a fit would give.
+            from bayesflow.problem import build_network
 
-            check_python_model(loaded.spec, cached[block].num_features, cached[block].num_classes)
+            build_network(loaded.spec, cached[block].num_features, cached[block].num_classes,
+                          loaded.spec.seeds[0])
     except DataError:
         raise
     except SpecError as error:  # point `data.module: ...`, `model.python: ...` at the spec's line

@@ -18,11 +18,32 @@ from bayesflow.data.dataset import DATASETS, Dataset, resolve_path, split
 from bayesflow.data.sniff import check_text, excerpt, first_row_problem, names
 from bayesflow.errors import DataError, SpecError
 
-__all__ = ["MAX_CLASSES", "csv", "csv_target_task", "none", "sklearn_digits", "target_task"]
+__all__ = ["MAX_CLASSES", "csv", "csv_target_task", "digits", "none", "sklearn_digits", "target_task"]
 
 CSV_EXPECTED = "a UTF-8 text file of comma-separated values with a header row"
 # An integer target column with at most this many distinct values is read as class labels.
 MAX_CLASSES = 50
+
+
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits`` returns them (``data``, ``target``): its
+    bundled CSV read the same way, without importing scikit-learn (with the split's
+    indices remembered, bayesflow.data.splits, a run that computes nothing imports
+    neither); ``load_digits`` itself where the file is not found."""
+    import gzip
+    import importlib.util
+
+    found = importlib.util.find_spec("sklearn")  # finds the package without running it
+    for root in (found.submodule_search_locations or []) if found else []:
+        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, mode="rt", encoding="utf-8") as file:
+                data = np.loadtxt(file, delimiter=",")
+            return data[:, :-1], data[:, -1].astype(int, copy=False)
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return bunch.data, bunch.target
 
 
 @DATASETS.register("sklearn_digits")
@@ -40,13 +61,11 @@ def sklearn_digits(
     become the out-of-distribution inputs (``x_ood``); the remaining classes are
     relabelled 0..C-1 in increasing order.
     """
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    x = bunch.data.astype(np.float32)
+    features, labels = digits()
+    x = features.astype(np.float32)
     if standardize:
         x = x / 16.0  # pixel intensities are integers 0..16
-    y = bunch.target.astype(np.int64)
+    y = labels.astype(np.int64)
     x_ood = None
     held = sorted(set(holdout_classes or []))
     if held:

@@ -38,7 +38,7 @@ from bayesflow.models.registry import MODELS
 from bayesflow.registry import closest
 from bayesflow.user_code import run_user_code, user_frame
 
-__all__ = ["check_python_model", "load_factory", "python_model"]
+__all__ = ["load_factory", "python_model"]
 
 
 @contextmanager
@@ -181,15 +181,3 @@ def _signature(factory: Callable[..., Any]) -> str:
     except (TypeError, ValueError):
         return "unknown"
 
-
-def check_python_model(spec: Any, num_features: int, num_classes: int | None) -> None:
-    """Build the ``python:`` model of a workflow ``spec`` once, before any stage, so that
-    ``validate`` and ``run`` refuse a module that does not import, exits or hangs, and a
-    factory that fails, with exit code 3 (the same message as the fit would give).
-
-    Raises:
-        SpecError: naming ``model.python``, the user's file and line, and the fix.
-    """
-    from bayesflow.problem import build_network
-
-    build_network(spec, num_features, num_classes, spec.seeds[0])
