@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
-#   make run    # installs into .venv, then: bayesflow run cold_posterior
+#   make run    # installs into .venv, then: bayesflow run workflows/cold_posterior.yaml
 #   make test   # installs into .venv (with test tools), then runs the test suite
 # and a third is the fast lane while working:
 #   make test-fast   # unit tests and one tiny end-to-end run, in parallel (under 3 minutes)
@@ -11,7 +11,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-SPEC   ?= cold_posterior
+SPEC   ?= workflows/cold_posterior.yaml
 ARGS   ?=
 # torch: CPU-only machines get the CPU build of torch 2.13.0 (the release this project is
 # tested with; pip finds it through the machine's own configuration); machines with an NVIDIA

@@ -248,18 +248,27 @@ def run(
             spec's ``execution.keep_going``, itself True by default for sweeps).
         hooks: extra hooks (e.g. a progress display).
         tracker: a tracker to use instead of MLflow at the spec's URI (tests).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C, or :class:`~bayesflow.stopping.Stopped` for SIGTERM or
+            SIGHUP (handled so while the run goes, from the main thread, unless another
+            handler is set): the finished stages logged, the runs ended KILLED.
+        TrackingError: the store failed, or the tracking worker died; the runs it left
+            RUNNING are ended FAILED with the message.
     """
     from bayesflow.report.kernel import prestarted
     from bayesflow.stages import StageRunner
+    from bayesflow.stages.context import describe_error
+    from bayesflow.stopping import stop_on_signals
     from bayesflow.tracking.background import BackgroundHook
     from bayesflow.tracking.hook import process_tags
+    from bayesflow.tracking.preflight import check_store
     from bayesflow.tracking.session import (
         end_own_runs,
         finish_tracking,
         open_tracking,
         worker_is_process,
     )
-    from bayesflow.tracking.uri import probe_server
 
     began = time.perf_counter()
     prepared = prepare(workflow)
@@ -271,7 +280,7 @@ def run(
         tracker = MlflowTracker(tracking_uri_of(loaded))
     experiment = spec.tracking.experiment or spec.name
     sweep = prepared.sweep
-    probe_server(str(getattr(tracker, "uri", "")))  # a server that does not answer: before any stage
+    check_store(str(getattr(tracker, "uri", "")))  # a store it cannot write: before any stage
     cache = Cache(spec.execution.cache_dir)
     # The store is opened and every MLflow call made by a worker while the stages compute
     # (tracking is a sink: tracking/background.py, tracking/session.py).
@@ -283,32 +292,37 @@ def run(
     if sweep is not None:  # each variant's stages run on its own spec and data
         runner = variant_runner(sweep, prepared.datasets)
     going = spec.execution.keep_going if keep_going is None else keep_going
-    backend = _backend(loaded, runner)
-    try:
-        # The report's kernel starts now, while the fits run (report/kernel.py).
-        reports = [stage for stage in the_plan.stages.values() if stage.kind == "report"]
-        with prestarted(_computes(reports, cache, force)):
-            outcome = execute(
-                the_plan, runner, cache, [logging, *hooks], executor=backend, keep_going=going,
-                force=force,
-            )
-        parent_id, runs = logging.finish(finish_tracking, {
-            "stages_failed": float(len(outcome.failed)),
-            "stages_cached": float(sum(s == "cached" for s in outcome.status.values())),
-            "wall_seconds": time.perf_counter() - began,
-        }, "FINISHED" if outcome.ok else "FAILED")
-    except KeyboardInterrupt:
-        with contextlib.suppress(Exception):  # already logged what it could; stop it
-            logging.close()
-        end_own_runs(tracker, experiment, "KILLED")
-        raise
-    except BaseException:
-        # Every run this process opened (the parent, a fit whose logging failed half-way)
-        # ends FAILED; when the store itself is what failed, the next run ends them as stale.
-        for ending in (logging.close, lambda: end_own_runs(tracker, experiment, "FAILED")):
-            with contextlib.suppress(Exception):  # the error being raised matters more
-                ending()
-        raise
+    # SIGTERM and SIGHUP stop the run as Ctrl-C does (bayesflow/stopping.py; the command
+    # line's own handler, when it has one, is kept).
+    with stop_on_signals():
+        backend = _backend(loaded, runner)
+        try:
+            # The report's kernel starts now, while the fits run (report/kernel.py).
+            reports = [stage for stage in the_plan.stages.values() if stage.kind == "report"]
+            with prestarted(_computes(reports, cache, force)):
+                outcome = execute(
+                    the_plan, runner, cache, [logging, *hooks], executor=backend, keep_going=going,
+                    force=force,
+                )
+            parent_id, runs = logging.finish(finish_tracking, {
+                "stages_failed": float(len(outcome.failed)),
+                "stages_cached": float(sum(s == "cached" for s in outcome.status.values())),
+                "wall_seconds": time.perf_counter() - began,
+            }, "FINISHED" if outcome.ok else "FAILED")
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, or a stop signal (Stopped)
+            with contextlib.suppress(Exception):  # already logged what it could; stop it
+                logging.close()
+            end_own_runs(tracker, experiment, "KILLED", str(interrupt) or "interrupted")
+            raise
+        except BaseException as error:
+            # Every run this process opened (the parent, a fit whose logging failed half-way)
+            # ends FAILED with why; when the store itself is what failed, the next run ends
+            # them as stale.
+            why = describe_error(error)
+            for ending in (logging.close, lambda: end_own_runs(tracker, experiment, "FAILED", why)):
+                with contextlib.suppress(Exception):  # the error being raised matters more
+                    ending()
+            raise
     report_dir = report_folder(spec.report.output_dir, spec.name, parent_id)
     _fill_report_folder(the_plan, outcome, report_dir)
     return RunResult(
@@ -339,8 +353,16 @@ def _fill_report_folder(the_plan: Plan, outcome: Outcome, folder: Path) -> None:
         else:
             continue
         for source, target in files:
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target / source.name)
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target / source.name)
+            except OSError as error:  # the work is done: say where it is, never crash
+                from bayesflow.report.render import unwritable_output
+
+                raise unwritable_output(error, target, (
+                    f"every stage finished and is logged to MLflow run {folder.name}; "
+                    f"{source.name} is in {source.parent}"
+                )) from None
 
 
 def _backend(loaded: LoadedSpec, runner: Any) -> Any:
@@ -387,7 +409,17 @@ def report(
     with tempfile.TemporaryDirectory() as folder:
         bundle = write_bundle(run_id, Path(folder) / "bundle", tracker)
         parameters = {**report_parameters(loaded, bundle), "tracking_uri": tracker.uri}
-        rendered = render_report(template or spec.report.template, parameters, target)
+        try:
+            rendered = render_report(template or spec.report.template, parameters, target)
+        except OSError as error:
+            # Only a write into the target (or making it) is the target's fault.
+            place = target.resolve()
+            named = [Path(str(name)).resolve() for name in (error.filename, error.filename2) if name]
+            if not any(path.is_relative_to(place) or place.is_relative_to(path) for path in named):
+                raise
+            from bayesflow.report.render import unwritable_output
+
+            raise unwritable_output(error, target, f"run {run_id} is unchanged in the store") from None
     for path in (rendered.notebook, rendered.html):
         tracker.log_artifact(run_id, path, "report")
     return rendered.html

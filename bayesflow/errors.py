@@ -12,7 +12,8 @@ can catch one class. The tree::
     ├── StageError                a stage failed while running (exit code 1)
     │   ├── DivergenceError       a fit produced NaN or inf
     │   └── ReportError           a report cell raised (bayesflow.report.render)
-    ├── TrackingError             the tracking store could not be read or written
+    ├── TrackingError             the tracking store could not be read or written (exit
+    │                             code 1: read-only, full or locked, see tracking/preflight.py)
     ├── UsageError                a command was called in a way that cannot work (exit code 2)
     ├── PosteriorError            a fitted posterior cannot be loaded (bayesflow.posterior)
     │   └── NoDensityError        it has no density to evaluate (samples, a point mass)

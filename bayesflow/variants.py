@@ -12,6 +12,8 @@ import json
 from bayesflow.dag.plan import Plan
 from bayesflow.dag.sweep import PlannedVariant, VariantRunner, plan_sweep
 from bayesflow.data import Dataset, check_data, load_dataset
+from bayesflow.errors import DataError, SpecError
+from bayesflow.spec.checks import located
 from bayesflow.spec.load import LoadedSpec
 from bayesflow.spec.sweep import Sweep
 
@@ -20,13 +22,29 @@ __all__ = ["load_data", "plan_variants", "variant_runner"]
 
 def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None) -> Dataset:
     """The data of ``loaded``, checked against its likelihood before any fit (a
-    DataError, exit 3); ``loaded_data`` reuses data already loaded for an equal ``data``
+    DataError, exit 3), and a ``python:`` model built once on it (a SpecError, exit 3);
+    ``loaded_data`` reuses data already loaded for an equal ``data``
     block from the same folder (the variants of a sweep)."""
     block = json.dumps([loaded.spec.data.model_dump(mode="json"), str(loaded.base_dir)], sort_keys=True)
     cached = loaded_data if loaded_data is not None else {}
-    if block not in cached:
-        cached[block] = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
-    check_data(cached[block], loaded.spec.likelihood.name)
+    try:
+        if block not in cached:
+            cached[block] = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
+        check_data(cached[block], loaded.spec.likelihood.name)
+        if loaded.spec.model.name == "python":
+            # The user's module imported and its factory called now, under the user-code
+            # guard, so that validate and run refuse code that fails, exits or hangs (exit 3)
+            # with the message a fit would give.
+            from bayesflow.problem import build_network
+
+            build_network(loaded.spec, cached[block].num_features, cached[block].num_classes,
+                          loaded.spec.seeds[0])
+    except DataError:
+        raise
+    except SpecError as error:  # point `data.module: ...`, `model.python: ...` at the spec's line
+        if loaded.path is None:
+            raise
+        raise located(error, loaded.locations, str(loaded.path)) from error
     return cached[block]
 
 

@@ -45,7 +45,7 @@ from benchmarks.timing import Settings, load_average
 
 __all__ = ["QUICK_OVERRIDES", "StageTimer", "TimingTracker", "run"]
 
-WORKFLOW = Path(__file__).resolve().parents[1] / "bayesflow" / "workflows" / "cold_posterior.yaml"
+WORKFLOW = Path(__file__).resolve().parents[1] / "workflows" / "cold_posterior.yaml"
 # Stage kinds that compute (the rest, plot and report, render).
 COMPUTE_KINDS = ("fit", "fit_group", "curvature", "evaluate", "prior_predictive")
 QUICK_OVERRIDES = [

@@ -12,7 +12,7 @@ from bayesflow.data import sklearn_digits
 from bayesflow.errors import SpecError
 from bayesflow.tracking import InMemoryTracker
 
-WORKFLOW = Path(__file__).parents[1] / "bayesflow" / "workflows" / "continual.yaml"
+WORKFLOW = Path(__file__).parents[1] / "workflows" / "continual.yaml"
 
 
 def test_permuted_episodes_repeat_the_data_with_their_own_pixel_order() -> None:

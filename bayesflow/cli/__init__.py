@@ -15,11 +15,25 @@ from bayesflow.cli import plan, run, store, listings  # noqa: F401
 # isort: on
 from bayesflow.cli.app import app
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "tolerate_unencodable_output"]
+
+
+def tolerate_unencodable_output() -> None:
+    """Print what the terminal cannot encode as ``\\u2192``-style escapes instead of failing.
+
+    Under ``LANG=C`` or ``PYTHONIOENCODING=ascii`` standard output is strict ASCII, and a
+    ``θ``, ``±`` or ``→`` (in a path, a message, the summary) would raise
+    ``UnicodeEncodeError`` after the work is done; standard error already escapes them.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
+        if reconfigure is not None and getattr(stream, "errors", "strict") == "strict":
+            reconfigure(errors="backslashreplace")
 
 
 def main() -> None:
     """Entry point of the ``bayesflow`` script (``--debug`` is accepted anywhere)."""
+    tolerate_unencodable_output()
     arguments = sys.argv[1:]
     if "--debug" in arguments[1:] and "--" not in arguments[: arguments.index("--debug")]:
         arguments.remove("--debug")

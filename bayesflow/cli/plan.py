@@ -30,9 +30,15 @@ def validate(
     spec: Path = SPEC_ARGUMENT,
     overrides: list[str] | None = OVERRIDES_ARGUMENT,
     resolved: bool = typer.Option(False, "--resolved", help="Print the resolved spec with defaults."),
+    multirun: bool = MULTIRUN_OPTION,
 ) -> None:
     """Check a spec and its data: exit 0 when valid, 3 with every problem located."""
-    loaded = load(spec, overrides)
+    loaded = load(spec, overrides, multirun)
+    if multirun:  # every variant, as `run -m` would load it
+        for item in loaded.variants:
+            checked_data(item.loaded)
+        output.print(f"{spec}: valid ({len(loaded.variants)} variants)", markup=False, highlight=False)
+        return
     checked_data(loaded)
     if resolved:
         sys.stdout.write(loaded.to_yaml())

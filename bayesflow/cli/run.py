@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -46,18 +48,21 @@ class ProgressHook:
         )
         self.task = self.progress.add_task("stages", total=total)
         self.started: dict[str, float] = {}
+        self.total, self.finished, self.failed = total, 0, 0
 
     def before_stage(self, stage: Any) -> None:
         self.started[stage.name] = time.perf_counter()
         self.progress.update(self.task, description=f"[cyan]{stage.name}")
 
     def after_stage(self, stage: Any, entry: Any, cached: bool) -> None:
+        self.finished += 1
         self.progress.advance(self.task)
         if not cached:
             seconds = time.perf_counter() - self.started.get(stage.name, time.perf_counter())
             self.progress.console.print(f"  [green]done[/]   {stage.name} ({seconds:.1f} s)", highlight=False)
 
     def on_failure(self, stage: Any, error: BaseException, detail: str) -> None:
+        self.failed += 1
         self.progress.advance(self.task)
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         self.progress.console.print("  [red]failed[/]", end=" ")
@@ -69,12 +74,26 @@ class ProgressHook:
         self.progress.stop()
 
 
+def _stopped_line(interrupt: KeyboardInterrupt, progress: ProgressHook | None) -> str:
+    """The one line a stopped run ends with: what stopped it, what finished, what to do."""
+    from bayesflow.stopping import Stopped
+
+    how = f"stopped by {interrupt.name}" if isinstance(interrupt, Stopped) else "interrupted (Ctrl-C)"
+    if progress is None:
+        done = "before any stage ran"
+    else:
+        failed = f", {progress.failed} failed" if progress.failed else ""
+        left = progress.total - progress.finished - progress.failed
+        done = f"{progress.finished} of {progress.total} stages finished and logged{failed}, {left} not run"
+    return f"bayesflow: {how}; {done}; rerun the same command to finish"
+
+
 def _ui_command(uri: str) -> str:
     """``bayesflow ui``, naming the store when it is not the one ``ui`` opens by default."""
     from bayesflow.tracking.uri import resolve_tracking_uri
 
     default = resolve_tracking_uri(None, Path.cwd())
-    return "bayesflow ui" if uri == default else f"bayesflow ui --tracking-uri {uri}"
+    return "bayesflow ui" if uri == default else f"bayesflow ui --tracking-uri {shlex.quote(uri)}"
 
 
 # The metrics the end-of-run table shows, those the run has, at most four.
@@ -150,23 +169,35 @@ def run(
     from bayesflow.api import run as run_workflow
     from bayesflow.dag.cache import Cache
     from bayesflow.dag.lock import wait_from_environment
+    from bayesflow.stopping import exit_code_of, stop_on_signals
 
-    loaded = load(spec, overrides, multirun)
-    folder = (loaded.first if multirun else loaded).spec.execution.cache_dir
-    # --wait wins; without it BAYESFLOW_LOCK_TIMEOUT says (unset: wait until the holder ends).
-    waits, timeout = wait_from_environment() if wait is None else (wait != 0, wait)
-    try:
-        with Cache(folder).lock(wait=waits, timeout=timeout):
-            uri = tracking_uri_of(loaded)
-            console.print(f"MLflow tracking URI: {uri}", highlight=False)
-            prepared = prepare(loaded)  # the data are loaded and the plan is made once
-            progress = ProgressHook(len(prepared.plan.stages))
-            with progress.progress:
-                result = run_workflow(
-                    prepared, force=force or False, keep_going=keep_going, hooks=[progress]
-                )
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: finished stages are cached; rerun the same command to resume")
-        raise typer.Exit(130) from None
-    _summary(result)
+    progress: ProgressHook | None = None
+    # SIGTERM and SIGHUP (timeout, systemd, Slurm, a closed terminal) stop the run as
+    # Ctrl-C does (bayesflow/stopping.py); a second one during the cleanup is ignored.
+    with stop_on_signals():
+        try:
+            loaded = load(spec, overrides, multirun)
+            folder = (loaded.first if multirun else loaded).spec.execution.cache_dir
+            # --wait wins; without it BAYESFLOW_LOCK_TIMEOUT says (unset: wait until the holder ends).
+            waits, timeout = wait_from_environment() if wait is None else (wait != 0, wait)
+            with Cache(folder).lock(wait=waits, timeout=timeout):
+                uri = tracking_uri_of(loaded)
+                console.print(f"MLflow tracking URI: {uri}", highlight=False)
+                from bayesflow.tracking.background import discard_prestarted, prestart
+
+                if os.environ.get("BAYESFLOW_TRACKING_WORKER") != "thread":
+                    prestart()  # the tracking worker imports mlflow while the data load
+                try:
+                    prepared = prepare(loaded)  # the data are loaded and the plan is made once
+                    progress = ProgressHook(len(prepared.plan.stages))
+                    with progress.progress:
+                        result = run_workflow(
+                            prepared, force=force or False, keep_going=keep_going, hooks=[progress]
+                        )
+                finally:
+                    discard_prestarted()  # one the run did not take (it failed first)
+            _summary(result)
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM / SIGHUP as Stopped
+            console.print(_stopped_line(interrupt, progress), markup=False, highlight=False)
+            raise typer.Exit(exit_code_of(interrupt)) from None
     raise typer.Exit(result.exit_code)

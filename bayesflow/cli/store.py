@@ -66,6 +66,20 @@ def _check_port(host: str, port: int) -> None:
         ) from None
 
 
+def _served_uri(tracking_uri: str | None) -> str:
+    """The store's URI for ``mlflow ui``: a SQLite file under the working folder by its
+    relative path. MLflow's server makes the folder of a SQLite store from the URI's text
+    without unquoting it, so an absolute URI of a folder named ``a b%`` would make an empty
+    ``a%20b%25`` beside it; the UI runs in this folder, where ``mlflow.db`` needs none."""
+    from bayesflow.tracking.uri import resolve_tracking_uri, sqlite_database, sqlite_uri
+
+    uri = resolve_tracking_uri(tracking_uri, Path.cwd())
+    database = sqlite_database(uri)
+    if database is None or "?" in uri or not database.is_relative_to(Path.cwd().resolve()):
+        return uri
+    return sqlite_uri(database.relative_to(Path.cwd().resolve()))
+
+
 @app.command()
 @guarded
 def ui(
@@ -77,9 +91,7 @@ def ui(
 ) -> None:
     """Open the MLflow UI on the bayesflow store (`run`'s default); exits 2 when the
     address cannot be served."""
-    from bayesflow.tracking.uri import resolve_tracking_uri
-
-    uri = resolve_tracking_uri(tracking_uri, Path.cwd())
+    uri = _served_uri(tracking_uri)
     _check_port(host, port)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     # MLflow 3's UI opens on its GenAI pages unless the address asks for model training.

@@ -24,6 +24,7 @@ never touches the folders of a live one. One run at a time writes to a cache: se
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -89,17 +90,39 @@ def _read_mapping(path: Path) -> tuple[dict[str, Any] | None, str]:
 
 # Errors of a write that more room would fix: no space left, or the user's quota used up.
 FULL = (errno.ENOSPC, errno.EDQUOT)
+# A disk with less room than this is full for a stage that could not write (a posterior
+# of a small network is tens of kilobytes; the default workflow's are about 1 MB).
+NEARLY_FULL = 16 * 2**20
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / 1e6:.1f} MB" if count >= 1e5 else f"{count / 1e3:.0f} kB"
+
+
+def _footprint(root: Path) -> str:
+    """How much the cache ``root`` holds, in words: ``2.3 MB in 12 entries``."""
+    size = entries = 0
+    for folder, _, names in os.walk(root):
+        if Path(folder).parent == root and (Path(folder) / OUTPUTS).is_file():
+            entries += 1
+        for name in names:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                size += (Path(folder) / name).lstat().st_size
+    return f"{_megabytes(size)} in {entries} entr{'y' if entries == 1 else 'ies'}"
 
 
 def unwritable(error: OSError, root: Path, what: str) -> StageError:
     """A :class:`~bayesflow.errors.StageError` that says why writing ``what`` into the cache
-    folder ``root`` failed and what to do: a full disk (or quota) is named as such."""
+    folder ``root`` failed and what to do: a full disk (or quota) is named as such, with
+    what the cache itself holds."""
     if error.errno in FULL:
         return StageError(
             f"no space left on the disk that holds the cache {root} (writing {what}: "
-            f"{error.strerror or error}); free some space (`df -h {root}` shows it) and run "
-            "again: finished stages are kept and only unfinished ones are computed again; or "
-            "set `execution.cache_dir` to a folder on a disk with room"
+            f"{error.strerror or error}); free some space there (`df -h {root}` shows it) and "
+            "run again: finished stages are kept and only unfinished ones are computed again. "
+            f"The cache itself holds {_footprint(root)} (`rm -rf {root}` frees it all, and "
+            "every stage is then computed again); or set `execution.cache_dir` to a folder "
+            "on a disk with room"
         )
     return StageError(
         f"cannot write {what} into the cache {root} ({error.strerror or error}); check that "
@@ -278,6 +301,23 @@ class Cache:
         trash = Path(tempfile.mkdtemp(dir=self.root, prefix=f".trash-{os.getpid()}-{_host_tag()}-{key}-"))
         os.replace(folder, trash / key)
         shutil.rmtree(trash, ignore_errors=True)
+
+    def explain(self, error: BaseException, key: str) -> BaseException:
+        """The error a stage of ``key`` raised, or the :func:`unwritable` error naming the
+        cache when it is a full disk under the cache (a stage writes its files into its
+        staging folder only: a full disk with no file named, while the cache's disk has no
+        room, is that one)."""
+        if not isinstance(error, OSError) or error.errno not in FULL:
+            return error
+        named = error.filename
+        if named is not None:
+            inside = Path(os.path.abspath(str(named))).is_relative_to(os.path.abspath(self.root))
+        else:
+            try:
+                inside = shutil.disk_usage(self.root).free < NEARLY_FULL
+            except OSError:  # the cache folder itself is gone
+                inside = False
+        return unwritable(error, self.root, f"the files of stage {key}") if inside else error
 
     def discard(self, staging: Path) -> None:
         """Remove an unfinished staging folder."""

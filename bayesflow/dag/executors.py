@@ -142,7 +142,14 @@ class ProcessExecutor:
         return self.pool.submit(_run_in_worker, stage, inputs, staging)
 
     def shutdown(self, cancel: bool = False) -> None:
-        """Stop the pool: wait for running stages, or with ``cancel`` drop queued ones."""
+        """Stop the pool: wait for running stages, or with ``cancel`` (an interrupt, a
+        stop signal) drop queued ones and kill the workers, whose stages' staging the
+        scheduler discards: the driver's exit would otherwise wait for them to finish."""
+        workers = list((getattr(self.pool, "_processes", None) or {}).values()) if cancel else []
+        for process in workers:
+            process.kill()
+        for process in workers:
+            process.join(timeout=10)
         self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
 
 
@@ -187,7 +194,10 @@ class RayExecutor:
                 options["address"] = address
             elif workers:
                 options["num_cpus"] = workers
-            ray.init(**options)
+            from bayesflow.stopping import restore_after
+
+            # ray.init installs a SIGTERM handler (sys.exit) that would skip the cleanup.
+            restore_after(ray.init, **options)
         if workers and (workers > 1 or not address):
             self.workers = int(workers)
         else:

@@ -16,6 +16,7 @@ which takes it again. On NFS, ``flock`` is emulated with POSIX record locks (Lin
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import json
@@ -200,9 +201,7 @@ class FileLock:
             raise self._unwritable(error) from error
         try:
             self._take(descriptor)
-            payload = json.dumps(asdict(Holder.current())).encode()
-            os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, payload, 0)
+            self._record(descriptor)
         except BaseException:
             os.close(descriptor)
             raise
@@ -244,10 +243,28 @@ class FileLock:
             left = POLL_SECONDS if self.timeout is None else min(POLL_SECONDS, self.timeout - waited)
             time.sleep(max(left, 0.0))
 
+    @staticmethod
+    def _record(descriptor: int) -> None:
+        """Write who holds the lock into it. The record only names the holder in another
+        run's messages: on a full disk the lock is held without it, and the first write
+        that matters names the disk."""
+        payload = json.dumps(asdict(Holder.current())).encode()
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, payload, 0)
+        except OSError:
+            os.ftruncate(descriptor, 0)  # no half record: "another process" until a full one
+
     def _unwritable(self, error: OSError) -> CacheLockError:
+        head = f"{self.name}: cannot create the lock file {self.path} ({error.strerror or error})"
+        if error.errno == errno.EROFS:  # a read-only mount: nothing in it can be written
+            return CacheLockError(
+                f"{head}: the folder is on a read-only file system, and a run writes its "
+                "stages there. Remount it read-write, or give the run a folder on a writable "
+                "disk: `bayesflow run SPEC execution.cache_dir=<folder>`"
+            )
         return CacheLockError(
-            f"{self.name}: cannot create the lock file {self.path} ({error.strerror or error}); "
-            "check that execution.cache_dir names a folder you can write, or choose another"
+            f"{head}; check that execution.cache_dir names a folder you can write, or choose another"
         )
 
     def _holder(self) -> str:

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import Any
 
+from bayesflow.errors import SpecError
 from bayesflow.methods.registry import traits_of
-from bayesflow.spec.models import WorkflowSpec
+from bayesflow.spec.models import LABEL_DIGITS, WorkflowSpec, temperature_label
 
 __all__ = [
     "Plan",
@@ -52,8 +53,9 @@ def _hash(payload: Any) -> str:
 
 
 def format_temperature(temperature: float | None) -> str:
-    """A short, stable label of a temperature for stage names."""
-    return "shared" if temperature is None else f"{temperature:g}"
+    """A short, stable label of a temperature for stage names (the spec refuses a grid
+    whose temperatures would share one: :func:`~bayesflow.spec.models.temperature_label`)."""
+    return "shared" if temperature is None else temperature_label(temperature)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,17 @@ def _vectorized(spec: WorkflowSpec, method: str) -> bool:
     )
 
 
+def _same_cell(stage: Stage, temperature: float | None) -> None:
+    """Refuse a second temperature under a stage name already planned: two cells would
+    merge into one (the spec refuses such grids; a spec built in code may not have been
+    validated)."""
+    if stage.temperature != temperature:
+        raise SpecError(
+            f"temperatures: {stage.temperature!r} and {temperature!r} share the stage name "
+            f"{stage.name!r}; give temperatures that differ within {LABEL_DIGITS} significant digits"
+        )
+
+
 def _fit_name(method: str, temperature: float | None, seed: int) -> str:
     return f"fit/{method}/T={format_temperature(temperature)}/seed={seed}"
 
@@ -229,6 +242,7 @@ def plan_cells(spec: WorkflowSpec, data_digest: str) -> dict[str, Stage]:
         config = spec.methods[method]
         name = _fit_name(method, temperature, seed)
         if name in stages:
+            _same_cell(stages[name], temperature)
             return stages[name]
         inputs: tuple[str, ...] = ()
         source_keys: list[str] = []

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from bayesflow.dag.cache import Cache, Entry
 from bayesflow.dag.executors import Executor, InlineExecutor, RunStage
 from bayesflow.dag.plan import Plan, Stage
+from bayesflow.stopping import deferred
 
 __all__ = ["Hook", "IndexHook", "Outcome", "RunStage", "execute", "stage_status"]
 
@@ -325,13 +326,19 @@ class _Scheduler:
             del self.running[future]
 
     def _finish(self, flight: _Flight, future: Future[dict[str, Any]]) -> None:
-        """Commit a finished stage in this process, or record its failure."""
+        """Commit a finished stage in this process, or record its failure. A stop signal
+        (SIGTERM) waits until the hooks were told, so a committed stage is logged too."""
+        with deferred():
+            self._settle(flight, future)
+
+    def _settle(self, flight: _Flight, future: Future[dict[str, Any]]) -> None:
         stage = flight.stage
         if self.computing.get(stage.key) == stage.name:
             del self.computing[stage.key]
         try:
             entry = self.cache.commit(stage.key, flight.staging, future.result())
-        except Exception as error:  # a failed stage must not stop independent ones  # noqa: BLE001
+        except Exception as raised:  # a failed stage must not stop independent ones  # noqa: BLE001
+            error = self.cache.explain(raised, stage.key)  # a full disk under the cache, named
             self.cache.discard(flight.staging)
             detail = "".join(traceback.format_exception(error))
             if stage.cacheable:
@@ -344,11 +351,12 @@ class _Scheduler:
         self._succeed(stage, entry, cached=False)
 
     def _succeed(self, stage: Stage, entry: Entry, cached: bool) -> None:
-        """Record ``stage``'s entry and tell the hooks."""
-        self.outcome.entries[stage.name] = entry
-        self.outcome.status[stage.name] = "cached" if cached else "ran"
-        for hook in self.hooks:
-            hook.after_stage(stage, entry, cached=cached)
+        """Record ``stage``'s entry and tell every hook (a stop signal waits for that)."""
+        with deferred():
+            self.outcome.entries[stage.name] = entry
+            self.outcome.status[stage.name] = "cached" if cached else "ran"
+            for hook in self.hooks:
+                hook.after_stage(stage, entry, cached=cached)
 
     def _fail(self, stage: Stage, error: BaseException, detail: str) -> None:
         """Record ``stage``'s failure with the whole error text and tell the hooks."""

@@ -19,12 +19,15 @@ from typing import Any
 import numpy as np
 
 from bayesflow.data.dataset import Dataset
+from bayesflow.data.sniff import excerpt
 from bayesflow.errors import DataError
 
 __all__ = ["DataWarning", "check_data", "column_problems", "label_problems", "standardize"]
 
 # Rows listed in a message at most; the count says how many there are in all.
 SHOWN = 3
+# Columns with missing values listed one by one at most; the rest are counted.
+MAX_COLUMN_PROBLEMS = 5
 
 
 class DataWarning(UserWarning):
@@ -68,10 +71,13 @@ def column_problems(frame: Any, where: str, key: str = "data.path") -> list[str]
         if bad.any():
             kinds = sorted({"NaN (empty or nan)" if np.isnan(v) else "infinite" for v in values[bad]})
             problems.append(
-                f"{key}: column {column!r} of {where} has {int(bad.sum())} {' and '.join(kinds)} "
+                f"{key}: column {excerpt(str(column))} of {where} has {int(bad.sum())} {' and '.join(kinds)} "
                 f"value{'s' if bad.sum() > 1 else ''} ({_rows(bad)}); fill or drop those rows, "
                 "a fit cannot use them"
             )
+    if len(problems) > MAX_COLUMN_PROBLEMS:  # a message of bounded length, the count kept
+        more = len(problems) - MAX_COLUMN_PROBLEMS
+        problems = [*problems[:MAX_COLUMN_PROBLEMS], f"{key}: and {more} more columns of {where} like these"]
     return problems
 
 

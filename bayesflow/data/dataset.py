@@ -124,15 +124,13 @@ def split(
         DataError: too few rows, or too few of a class, for the split; ``where`` names
             the data in each problem, ``path`` (default ``where``) heads the message.
     """
-    from sklearn.model_selection import train_test_split
+    from bayesflow.data.splits import split_indices
 
     problems = split_problems(y, test_fraction, stratify, where)
     if problems:
         raise DataError(problems, path or where)
-    try:
-        x_train, x_test, y_train, y_test = train_test_split(
-            x, y, test_size=test_fraction, random_state=seed, stratify=y if stratify else None
-        )
+    try:  # train_test_split's rows, remembered: scikit-learn is not imported again
+        train, test = split_indices(y, test_fraction, seed, stratify)
     except ValueError as error:  # a case split_problems does not foresee: still say where
         raise DataError(f"data: {where} cannot be split into train and test: {error}", path or where) from error
-    return x_train, y_train, x_test, y_test
+    return x[train], y[train], x[test], y[test]

@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from bayesflow.data.dataset import DATASETS, Dataset, resolve_path
-from bayesflow.errors import MissingDependencyError, SpecError
+from bayesflow.data.sniff import check_text, excerpt, names
+from bayesflow.errors import DataError, MissingDependencyError, SpecError
 
 __all__ = [
     "OUT_OF_VOCABULARY",
@@ -62,6 +63,7 @@ RESERVED_IDS = 2
 SPLITS = ("train", "test")
 SOURCES = ("csv", "aclimdb", "huggingface")
 PACKAGE_PATH = "package:imdb"
+CSV_EXPECTED = "a UTF-8 CSV file (optionally gzip-compressed) with columns text and label"
 
 # IMDB reviews mark line breaks with HTML <br /> tags (Maas et al.'s files); a word is a
 # run of letters or digits (any script), with an apostrophe suffix kept ("don't", "it's").
@@ -201,12 +203,19 @@ def read_csv_split(folder: Path, split: str) -> Reviews:
             f"data.path: folder {str(folder)!r} has no imdb_{split}.csv.gz (nor .csv); "
             "the csv form needs imdb_train.csv.gz and imdb_test.csv.gz"
         )
-    frame = pd.read_csv(file, keep_default_na=False)
+    check_text(file, CSV_EXPECTED)
+    try:
+        frame = pd.read_csv(file, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as error:
+        raise DataError(
+            f"data.path: {file.name} cannot be read as CSV ({excerpt(str(error).strip(), 120)}); "
+            f"expected {CSV_EXPECTED}", str(file),
+        ) from None
     missing = [column for column in ("text", "label") if column not in frame.columns]
     if missing:
         raise SpecError(
             f"data.path: {file.name} lacks the column(s) {', '.join(missing)} "
-            f"(columns: {', '.join(map(str, frame.columns))}); expected text and label"
+            f"(columns: {names(frame.columns)}); expected text and label"
         )
     return Reviews(frame["text"].astype(str).tolist(), _labels(frame["label"].to_numpy(), file.name))
 
@@ -224,9 +233,26 @@ def read_aclimdb_split(folder: Path, split: str) -> Reviews:
                 f"{split}/neg and {split}/pos folders of .txt reviews"
             )
         files = sorted(directory.glob("*.txt"), key=lambda file: _review_number(file.stem))
-        texts += [file.read_text(encoding="utf-8") for file in files]
+        texts += [_review_text(file) for file in files]
         labels += [label] * len(files)
     return Reviews(texts, np.array(labels, dtype=np.int64))
+
+
+def _review_text(file: Path) -> str:
+    """One review of the archive's layout, refused unless it is UTF-8 text."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"data.path: {file.name} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at "
+            f"offset {error.start}); the aclImdb layout holds one UTF-8 review per .txt file", str(file),
+        ) from None
+    if "\x00" in text:
+        raise DataError(
+            f"data.path: {file.name} is not text: it holds NUL bytes; the aclImdb layout holds "
+            "one UTF-8 review per .txt file", str(file),
+        )
+    return text
 
 
 def _review_number(stem: str) -> tuple[int, str]:

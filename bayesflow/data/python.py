@@ -38,6 +38,7 @@ from bayesflow.data.dataset import DATASETS, Dataset, resolve_path
 from bayesflow.data.tabular import target_task
 from bayesflow.errors import DataError, SpecError
 from bayesflow.registry import closest
+from bayesflow.user_code import run_user_code
 
 __all__ = ["ARRAY_NAMES", "python_data"]
 
@@ -59,28 +60,26 @@ def _import(module: str, base_dir: Path | None) -> tuple[Any, str]:
             raise SpecError(f"data.module: {str(path)!r} cannot be imported as a Python module")
         loaded = importlib.util.module_from_spec(spec)
         sys.modules[name] = loaded  # dataclasses and pickling look their module up here
+        loader = spec.loader
         try:
-            spec.loader.exec_module(loaded)
-        except Exception as exc:
+            run_user_code(lambda: loader.exec_module(loaded), "data.module", f"running {str(path)!r}", [path])
+        except SpecError:
             sys.modules.pop(name, None)
-            raise SpecError(
-                f"data.module: running {str(path)!r} raised {type(exc).__name__}: {exc}; fix the module"
-            ) from exc
+            raise
         return loaded, path.read_text(errors="replace")
     importlib.invalidate_caches()
     added = str(Path.cwd()) not in sys.path
     if added:  # as `python -m` would: the working directory first
         sys.path.insert(0, str(Path.cwd()))
     try:
-        loaded = importlib.import_module(module)
+        loaded = run_user_code(
+            lambda: importlib.import_module(module), "data.module", f"importing {module!r}",
+            passthrough=(ModuleNotFoundError,),
+        )
     except ModuleNotFoundError as exc:
         raise SpecError(
             f"data.module: cannot import {module!r} ({exc}); give the path of a .py file "
             f"(relative to the spec file) or a module importable from {Path.cwd()}"
-        ) from exc
-    except Exception as exc:
-        raise SpecError(
-            f"data.module: importing {module!r} raised {type(exc).__name__}: {exc}; fix the module"
         ) from exc
     finally:
         if added and str(Path.cwd()) in sys.path:
@@ -181,12 +180,9 @@ def python_data(
     loaded, source = _import(module, base_dir)
     where = getattr(loaded, "__file__", None) or module
     call = f"{function}({', '.join(f'{key}={value!r}' for key, value in options.items())}) of {where}"
-    try:
-        returned = _function(loaded, function, str(where))(**options)
-    except SpecError:
-        raise
-    except Exception as exc:
-        raise SpecError(f"data.function: {call} raised {type(exc).__name__}: {exc}") from exc
+    found = _function(loaded, function, str(where))
+    files = [where] if isinstance(where, str) and where.endswith(".py") else []
+    returned = run_user_code(lambda: found(**options), "data.function", f"calling {call}", files)
     arrays = _arrays(returned, call)
     problems = _shape_problems(arrays)
     if problems:

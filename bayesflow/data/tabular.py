@@ -15,12 +15,35 @@ import numpy as np
 from bayesflow.data.checks import column_problems
 from bayesflow.data.checks import standardize as standardize_columns
 from bayesflow.data.dataset import DATASETS, Dataset, resolve_path, split
+from bayesflow.data.sniff import check_text, excerpt, first_row_problem, names
 from bayesflow.errors import DataError, SpecError
 
-__all__ = ["MAX_CLASSES", "csv", "csv_target_task", "none", "sklearn_digits", "target_task"]
+__all__ = ["MAX_CLASSES", "csv", "csv_target_task", "digits", "none", "sklearn_digits", "target_task"]
 
+CSV_EXPECTED = "a UTF-8 text file of comma-separated values with a header row"
 # An integer target column with at most this many distinct values is read as class labels.
 MAX_CLASSES = 50
+
+
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits`` returns them (``data``, ``target``): its
+    bundled CSV read the same way, without importing scikit-learn (with the split's
+    indices remembered, bayesflow.data.splits, a run that computes nothing imports
+    neither); ``load_digits`` itself where the file is not found."""
+    import gzip
+    import importlib.util
+
+    found = importlib.util.find_spec("sklearn")  # finds the package without running it
+    for root in (found.submodule_search_locations or []) if found else []:
+        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, mode="rt", encoding="utf-8") as file:
+                data = np.loadtxt(file, delimiter=",")
+            return data[:, :-1], data[:, -1].astype(int, copy=False)
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return bunch.data, bunch.target
 
 
 @DATASETS.register("sklearn_digits")
@@ -38,13 +61,11 @@ def sklearn_digits(
     become the out-of-distribution inputs (``x_ood``); the remaining classes are
     relabelled 0..C-1 in increasing order.
     """
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    x = bunch.data.astype(np.float32)
+    features, labels = digits()
+    x = features.astype(np.float32)
     if standardize:
         x = x / 16.0  # pixel intensities are integers 0..16
-    y = bunch.target.astype(np.int64)
+    y = labels.astype(np.int64)
     x_ood = None
     held = sorted(set(holdout_classes or []))
     if held:
@@ -99,8 +120,8 @@ def _read_csv(path: str, target: str, base_dir: Path | None) -> Any:
     frame = _parse(file)
     if target not in frame.columns:
         raise SpecError(
-            f"data.target: column {target!r} is not in {file.name} "
-            f"(columns: {', '.join(map(str, frame.columns))})"
+            f"data.target: column {excerpt(target)} is not in {file.name} "
+            f"(columns: {names(frame.columns)})"
         )
     if frame.empty:
         raise DataError(
@@ -118,18 +139,20 @@ def _parse(file: Path) -> Any:
     """
     import pandas as pd
 
-    try:
-        frame = pd.read_csv(file)
-        if isinstance(frame.index, pd.RangeIndex):
-            return frame
-        problem = _ragged(file) or "has rows with more fields than the header"
-    except pd.errors.EmptyDataError:
-        problem = "is empty; a CSV file needs a header row naming the columns, then one row per example"
-    except (pd.errors.ParserError, UnicodeDecodeError) as error:
-        problem = _ragged(file) or (
-            f"cannot be read as CSV ({str(error).strip()}); give a text file of comma-separated "
-            "values with a header row"
-        )
+    check_text(file, CSV_EXPECTED)
+    problem = first_row_problem(file)  # before pandas, which would index by those fields
+    if problem is None:
+        try:
+            frame = pd.read_csv(file)
+            if isinstance(frame.index, pd.RangeIndex):
+                return frame
+            problem = _ragged(file) or "has rows with more fields than the header"
+        except pd.errors.EmptyDataError:
+            problem = "is empty; a CSV file needs a header row naming the columns, then one row per example"
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as error:
+            problem = _ragged(file) or (
+                f"cannot be read as CSV ({excerpt(str(error).strip(), 120)}); give {CSV_EXPECTED}"
+            )
     raise DataError(f"data.path: {file.name} {problem}", str(file))
 
 
@@ -146,7 +169,7 @@ def _ragged(file: Path) -> str | None:
                 if row and len(row) != len(header):
                     return (
                         f"line {rows.line_num} has {len(row)} fields, the header {len(header)} "
-                        f"({', '.join(header)}); give every row one value per column"
+                        f"({names(header)}); give every row one value per column"
                     )
     except (OSError, UnicodeDecodeError, csv_module.Error):
         return None
@@ -157,7 +180,7 @@ def _target_values(frame: Any, target: str, file: Path) -> np.ndarray:
     """The target column, checked to be finite numbers (a spec's validation reads it too)."""
     values = frame[target].to_numpy()
     if not np.issubdtype(values.dtype, np.number):
-        examples = ", ".join(repr(value) for value in frame[target].dropna().unique()[:3])
+        examples = ", ".join(excerpt(str(value)) for value in frame[target].dropna().unique()[:3])
         raise DataError(
             f"data.target: column {target!r} of {file.name} is not numeric (it holds {examples}); "
             "encode the classes as 0, 1, ..., or give a numeric target", str(file),
@@ -211,8 +234,8 @@ def csv(
         column = features[non_numeric[0]]
         example = column[pd.to_numeric(column, errors="coerce").isna() & column.notna()].iloc[0]
         raise DataError(
-            f"data.path: column{'s' if many else ''} {', '.join(map(repr, non_numeric))} of {file.name} "
-            f"{'are' if many else 'is'} not numeric (e.g. {example!r}); give numbers, or drop "
+            f"data.path: column{'s' if many else ''} {names(map(repr, non_numeric))} of {file.name} "
+            f"{'are' if many else 'is'} not numeric (e.g. {excerpt(str(example))}); give numbers, or drop "
             f"{'those columns' if many else 'that column'}", str(file),
         )
     problems = column_problems(features, file.name)

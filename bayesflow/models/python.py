@@ -23,6 +23,7 @@ module, clear the cache folder (``execution.cache_dir``) or change a key of ``mo
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -35,6 +36,7 @@ from torch import nn
 from bayesflow.errors import SpecError
 from bayesflow.models.registry import MODELS
 from bayesflow.registry import closest
+from bayesflow.user_code import run_user_code, user_frame
 
 __all__ = ["load_factory", "python_model"]
 
@@ -54,12 +56,31 @@ def _working_directory_on_path() -> Iterator[None]:
             sys.path.remove(folder)
 
 
-def _import(module_name: str) -> Any:
-    """Import ``module_name``, turning failures into errors that say what to do."""
-    importlib.invalidate_caches()  # see modules written since the interpreter started
+def _module_file(module_name: str) -> list[str]:
+    """The file of a top-level module (found without running it), to name the user's line
+    in messages; a dotted name would import its parent packages to be found, so none."""
+    if "." in module_name:
+        return []
     try:
         with _working_directory_on_path():
-            return importlib.import_module(module_name)
+            found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return []
+    return [found.origin] if found is not None and found.origin else []
+
+
+def _import(module_name: str) -> Any:
+    """Import ``module_name``, turning failures into errors that say what to do (a
+    SyntaxError, an exception, ``sys.exit`` or an endless loop at import: see
+    :func:`bayesflow.user_code.run_user_code`)."""
+    importlib.invalidate_caches()  # see modules written since the interpreter started
+    files = _module_file(module_name)
+    try:
+        with _working_directory_on_path():
+            return run_user_code(
+                lambda: importlib.import_module(module_name), "model.python",
+                f"importing module {module_name!r}", files, passthrough=(ModuleNotFoundError,),
+            )
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if module_name == missing or module_name.startswith(missing + "."):
@@ -68,14 +89,10 @@ def _import(module_name: str) -> Any:
                 f"must be importable from the working directory ({os.getcwd()}) or installed "
                 "in this environment (for example `pip install -e .` in your project)"
             ) from exc
+        where = user_frame(exc, files)
         raise SpecError(
             f"model.python: module {module_name!r} was found, but importing it failed: "
-            f"{exc}; install {missing!r} in this environment"
-        ) from exc
-    except Exception as exc:  # the user's module ran and raised
-        raise SpecError(
-            f"model.python: importing module {module_name!r} raised "
-            f"{type(exc).__name__}: {exc}; fix the module"
+            f"{exc}{f' at {where}' if where else ''}; install {missing!r} in this environment"
         ) from exc
 
 
@@ -127,16 +144,21 @@ def python_model(num_features: int, num_outputs: int, python: str, **options: An
     factory = load_factory(python)
     arguments = {"num_features": num_features, "num_outputs": num_outputs, **options}
     call = f"{python}({', '.join(f'{key}={value!r}' for key, value in arguments.items())})"
+    files = _factory_file(factory)
     try:
-        module = factory(**arguments)
-    except Exception as exc:
-        hint = ""
-        if isinstance(exc, TypeError):
-            hint = (
-                "; the factory must accept num_features, num_outputs and the other keys "
-                f"of `model` as keyword arguments (its signature: {_signature(factory)})"
-            )
-        raise SpecError(f"model.python: {call} raised {type(exc).__name__}: {exc}{hint}") from exc
+        module = run_user_code(
+            lambda: factory(**arguments), "model.python", f"calling {call}", files,
+            passthrough=(TypeError,),
+        )
+    except TypeError as exc:
+        where = user_frame(exc, files)
+        if where:  # raised inside the factory: a bug of the factory's own
+            raise SpecError(f"model.python: {call} raised TypeError: {exc} at {where}; fix the factory") from exc
+        raise SpecError(
+            f"model.python: {call} raised TypeError: {exc}; the factory must accept num_features, "
+            "num_outputs and the other keys of `model` as keyword arguments (its signature: "
+            f"{_signature(factory)})"
+        ) from exc
     if not isinstance(module, nn.Module):
         raise SpecError(
             f"model.python: {call} returned a {type(module).__name__}; expected a torch.nn.Module"
@@ -146,8 +168,16 @@ def python_model(num_features: int, num_outputs: int, python: str, **options: An
     return module
 
 
+def _factory_file(factory: Callable[..., Any]) -> list[str]:
+    try:
+        return [inspect.getfile(factory)]
+    except (TypeError, OSError):
+        return []
+
+
 def _signature(factory: Callable[..., Any]) -> str:
     try:
         return f"{getattr(factory, '__name__', 'factory')}{inspect.signature(factory)}"
     except (TypeError, ValueError):
         return "unknown"
+

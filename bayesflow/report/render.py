@@ -18,9 +18,10 @@ Where templates are found (:func:`find_template`), in order:
    notebook is the user's code and runs as such, like a ``python:`` model;
 2. ``./templates/<name>.py`` under the current working directory (a user's own
    templates, next to their workflows);
-3. the templates shipped inside the package, ``bayesflow/templates/<name>.py``, found
-   through :mod:`importlib.resources` so that an installed wheel renders reports as a
-   checkout does.
+3. the templates that ship with bayesflow: the top-level ``templates/`` of a checkout,
+   carried inside an installed wheel as ``bayesflow/templates/`` (:mod:`bayesflow.shipped`
+   finds either), so that an installed wheel renders reports as a checkout does. From a
+   clone's root, 2 and 3 are the same folder.
 
 The kernel runs the same interpreter as bayesflow (``sys.executable``): a kernelspec
 for it is written into a private temporary folder that is put first on
@@ -33,6 +34,7 @@ after the notebook ran; otherwise papermill starts one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sys
@@ -59,6 +61,7 @@ __all__ = [
     "render_report",
     "source_digest",
     "template_folders",
+    "unwritable_output",
 ]
 
 TEMPLATE_SUFFIX = ".py"
@@ -106,9 +109,9 @@ class RenderedReport:
 
 def template_folders() -> list[Path]:
     """Return the folders searched for templates by name, in search order."""
-    from importlib import resources
+    from bayesflow.shipped import shipped_folder
 
-    shipped = Path(str(resources.files("bayesflow") / "templates"))
+    shipped = shipped_folder("templates")
     folders = [Path.cwd() / "templates", shipped]
     unique: list[Path] = []
     for folder in folders:
@@ -180,6 +183,25 @@ def source_digest(template: str | Path | None = None) -> str:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def unwritable_output(error: OSError, folder: Path, kept: str) -> ReportError:
+    """A :class:`ReportError` saying why the report's files could not be written into
+    ``folder`` (a full or read-only disk, no permission) and what to do; ``kept`` says
+    where the finished work is meanwhile."""
+    from shlex import quote
+
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"Free some space there (`df -h {quote(str(folder))}` shows it)"
+    elif error.errno == errno.EROFS:
+        fix = "Remount it read-write"
+    else:
+        fix = "Make it writable"
+    return ReportError(
+        f"cannot write the report into {folder} ({error.strerror or error}); {kept}. {fix} and "
+        "run the same command again, or write reports elsewhere: `report.output_dir=<folder>` "
+        "(`bayesflow run SPEC report.output_dir=<folder>`, `bayesflow report RUN_ID --output-dir <folder>`)"
+    )
 
 
 def render_report(

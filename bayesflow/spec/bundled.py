@@ -1,14 +1,14 @@
-"""The workflows shipped inside the package, run by name (``bayesflow run cold_posterior``).
+"""The workflows that ship with bayesflow, run by name (``bayesflow run cold_posterior``).
 
-They live in ``bayesflow/workflows/*.yaml`` and are found through
-:mod:`importlib.resources`, so an installed wheel runs them as a checkout does. A spec
-argument that names no existing file but a bundled workflow is that workflow.
+They live in the top-level ``workflows/*.yaml`` of a checkout, which a wheel carries inside
+the package (:mod:`bayesflow.shipped` finds either), so an installed wheel runs them as a
+checkout does. A spec argument that names no existing file but a bundled workflow is that
+workflow.
 """
 
 from __future__ import annotations
 
 import re
-from importlib import resources
 from pathlib import Path
 
 from bayesflow.errors import SpecError
@@ -19,7 +19,9 @@ __all__ = ["bundled_workflows", "describe", "resolve_spec_path"]
 
 def bundled_workflows() -> dict[str, Path]:
     """Every bundled workflow by name (its file name without ``.yaml``)."""
-    folder = Path(str(resources.files("bayesflow") / "workflows"))
+    from bayesflow.shipped import shipped_folder
+
+    folder = shipped_folder("workflows")
     return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from bayesflow.errors import SpecError
 from bayesflow.spec.models import WorkflowSpec
 
-__all__ = ["DATASET_TARGETS", "check_data", "likelihood_problem"]
+__all__ = ["DATASET_TARGETS", "check_data", "likelihood_problem", "located"]
 
 Problem = tuple[tuple[str, ...], str]
 
@@ -99,3 +99,19 @@ def _relocated(problem: str) -> Problem:
     if message and key.startswith("data") and " " not in key:
         return tuple(key.split(".")), message
     return ("data",), problem
+
+
+def located(error: SpecError, locations: dict[tuple[str, ...], Any], source: str) -> SpecError:
+    """``error`` raised after loading (by the data or the user's model, ``model.python:
+    ...``) with each problem that starts with a key of ``data`` or ``model`` pointed at
+    that key's line of the spec file, as the loader points at its own problems."""
+    from bayesflow.spec.errors import format_cross_problems
+
+    problems = []
+    for problem in error.problems:
+        key, _, message = problem.partition(": ")
+        if message and key.split(".")[0] in ("data", "model") and " " not in key:
+            problems += format_cross_problems([(tuple(key.split(".")), message)], locations, source)
+        else:
+            problems.append(problem)
+    return SpecError(problems, source)

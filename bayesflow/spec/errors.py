@@ -24,6 +24,7 @@ __all__ = [
     "format_cross_problems",
     "format_validation_error",
     "nearest_location",
+    "shown_key",
     "union_members",
 ]
 
@@ -187,6 +188,18 @@ def _literal(error: dict[str, Any], path: tuple[str, ...]) -> str:
     return f"expected one of: {', '.join(expected)}, got {_found(found)}{suggestion}"
 
 
+# A key is shown at most this long: a spec may be 256 KiB, a message should not.
+MAX_KEY_SHOWN = 60
+
+
+def shown_key(key: object) -> str:
+    """A key as a message shows it: characters that do not print (controls, the
+    right-to-left override that reorders what a terminal shows) escaped as ``\\u202e``,
+    and cut to :data:`MAX_KEY_SHOWN` characters."""
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(key))
+    return text if len(text) <= MAX_KEY_SHOWN else text[: MAX_KEY_SHOWN - 1] + "…"
+
+
 def _describe(error: dict[str, Any], path: tuple[str, ...], data: Any) -> str:
     kind, context = error["type"], error.get("ctx", {})
     found = _found(error.get("input"))
@@ -195,7 +208,7 @@ def _describe(error: dict[str, Any], path: tuple[str, ...], data: Any) -> str:
         hint = closest(path[-1], options)
         suggestion = f"; did you mean `{hint}`?" if hint else ""
         listed = f" (allowed: {', '.join(options)})" if options else ""
-        return f"unknown key `{path[-1]}`{suggestion}{listed}"
+        return f"unknown key `{shown_key(path[-1])}`{suggestion}{listed}"
     if kind == "missing":
         return f"required key `{path[-1]}` is missing; add it" if path else "required key is missing"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -248,7 +261,7 @@ def format_validation_error(
             path = path[:-1]
         shown = _location_path(error, path)
         where = nearest_location(shown, locations) or Location(source)
-        key = ".".join(shown) or "(top level)"
+        key = ".".join(map(shown_key, shown)) or "(top level)"
         problems.append(f"{where}: {key}: {_describe(error, path, data)}")
     return problems
 

@@ -73,13 +73,25 @@ class LoadedSpec:
         return OmegaConf.to_yaml(OmegaConf.create(data))
 
 
+def _missing_hint(path: Path) -> str:
+    """What to do about a spec path that does not exist: run the bundled workflow of that
+    name where there is one (``workflows/cold_posterior.yaml`` typed outside a checkout),
+    else check the path."""
+    from bayesflow.spec.bundled import bundled_workflows
+
+    if path.suffix in (".yaml", ".yml") and path.stem in bundled_workflows():
+        return (f"did you mean the bundled workflow {path.stem!r}? run: "
+                f"bayesflow run {path.stem}")
+    return "check the path"
+
+
 def _read(path: Path) -> str:
     """The text of the spec file ``path``, read only if it is a regular file and at most
     :data:`MAX_SPEC_BYTES` long, so that ``/dev/zero`` or a named pipe passed by mistake
     is refused at once instead of being read forever or waited on."""
     try:
         if not path.exists():
-            raise SpecError(f"{path}: file not found; check the path", str(path))
+            raise SpecError(f"{path}: file not found; {_missing_hint(path)}", str(path))
         if path.is_dir():
             raise SpecError(f"{path}: is a folder; pass a workflow .yaml file", str(path))
         # O_NONBLOCK: opening a named pipe for reading would otherwise wait for a writer.

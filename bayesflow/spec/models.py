@@ -9,6 +9,7 @@ keys. Checks that span several keys are in :mod:`bayesflow.spec.relations`.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, NonNegativeFloat, ValidationInfo, field_validator
@@ -26,7 +27,37 @@ from bayesflow.spec.settings import (
 )
 from bayesflow.spec.strict import Strict
 
-__all__ = ["WorkflowSpec"]
+__all__ = ["LABEL_DIGITS", "WorkflowSpec", "temperature_label"]
+
+METHOD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,59}")
+# Stage names, MLflow run names, the summary table and the report print a temperature to
+# this many significant digits (``f"{T:g}"``): two temperatures of one grid must differ
+# within them, or their cells would share a name and merge.
+LABEL_DIGITS = 6
+
+
+def temperature_label(temperature: float) -> str:
+    """How a temperature is printed in stage names and reports (``0.1``, ``1e-07``)."""
+    return f"{temperature:.{LABEL_DIGITS}g}"
+
+
+def _label_collisions(temperatures: list[float]) -> list[str]:
+    """One line per label that two different temperatures of the grid would share."""
+    by_label: dict[str, list[int]] = {}
+    for index, temperature in enumerate(temperatures):
+        by_label.setdefault(temperature_label(temperature), []).append(index)
+    problems = []
+    for label, indices in by_label.items():
+        distinct = sorted({temperatures[index] for index in indices})
+        if len(distinct) < 2:
+            continue  # equal values: the duplicates check names them
+        shown = " and ".join(f"temperatures[{index}] = {temperatures[index]!r}" for index in indices)
+        problems.append(
+            f"{shown} would share the label T={label} (stage names, MLflow runs and the report "
+            f"print {LABEL_DIGITS} significant digits), so their cells would merge; give "
+            f"temperatures that differ within {LABEL_DIGITS} significant digits, or keep one"
+        )
+    return problems
 
 
 class WorkflowSpec(Strict):
@@ -85,9 +116,38 @@ class WorkflowSpec(Strict):
             raise ValueError(problem)
         return plots
 
+    @field_validator("methods")
+    @classmethod
+    def _method_names(cls, methods: dict[str, Any]) -> dict[str, Any]:
+        # A method's name is a part of stage names (`fit/<method>/T=.../seed=...`), of
+        # `--force` globs and of MLflow run names: no `/`, glob characters or spaces.
+        bad = [name for name in methods if not METHOD_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(
+                f"method name {bad[0][:60]!r} is not a plain name: expected letters, digits, "
+                "`_`, `-` and `.`, starting with a letter, digit or `_`, at most 60 characters "
+                "(it becomes part of stage names); rename it, e.g. `sghmc_cold`"
+            )
+        return methods
+
+    @field_validator("seeds", "temperatures", mode="before")
+    @classmethod
+    def _no_booleans(cls, values: Any) -> Any:
+        # YAML reads `yes`, `on` and `true` as True, which pydantic would take for 1.
+        if isinstance(values, list) and any(isinstance(value, bool) for value in values):
+            found = next(value for value in values if isinstance(value, bool))
+            raise ValueError(f"expected numbers, got the boolean {str(found).lower()} (YAML reads yes, on and true as booleans, which would count as 1); write the number")
+        return values
+
     @field_validator("seeds")
     @classmethod
     def _unique_seeds(cls, seeds: list[int]) -> list[int]:
+        outside = [seed for seed in seeds if not -(2**63) <= seed < 2**63]
+        if outside:
+            raise ValueError(
+                f"expected seeds that fit in 64 bits (-2**63 to 2**63 - 1, what torch's generators "
+                f"take), got {str(outside[0])[:30]}; use a smaller seed"
+            )
         duplicates = sorted({seed for seed in seeds if seeds.count(seed) > 1})
         if duplicates:
             raise ValueError(
@@ -108,4 +168,8 @@ class WorkflowSpec(Strict):
                 f"expected unique temperatures, got {', '.join(f'{t:g}' for t in duplicates)} "
                 "more than once; remove the repeats"
             )
-        return temperatures
+        collisions = _label_collisions(temperatures)
+        if collisions:
+            raise ValueError("; ".join(collisions))
+        # -0.0 passes `>= 0` but would print as T=-0: one zero.
+        return [abs(t) if t == 0 else t for t in temperatures]

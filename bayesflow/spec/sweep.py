@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -250,7 +251,8 @@ def load_sweep(source: str | Path | dict[str, Any], overrides: Sequence[str]) ->
     Raises:
         SpecError: no override sweeps anything; a key that cannot be swept (the grid's
             ``temperatures`` and ``seeds``, or a key every variant shares); more than
-            :data:`MAX_VARIANTS` variants; or a variant that is invalid, its problems
+            :data:`MAX_VARIANTS` variants; two variants that are one spec (values equal
+            once read, such as ``0.1`` and ``1e-1``); or a variant that is invalid, its problems
             prefixed with the variant (``variant 2 of 4 (prior.variance=-1): ...``) and
             each still located (a key that does not exist names the closest one).
     """
@@ -277,4 +279,26 @@ def load_sweep(source: str | Path | dict[str, Any], overrides: Sequence[str]) ->
         tag = tag if tag not in tags else f"{tag}-v{index}"
         tags.add(tag)
         loaded.append(LoadedVariant(variant, spec, tag))
+    _refuse_duplicates(loaded)
     return Sweep(tuple(loaded), tuple(key for key, _ in variants[0].values))
+
+
+def _refuse_duplicates(variants: Sequence[LoadedVariant]) -> None:
+    """Refuse variants that are one spec written twice (``prior.variance=0.1,1e-1``):
+    they would compute once and show as two rows, or, with equal labels, merge."""
+    seen: dict[str, tuple[int, LoadedVariant]] = {}
+    problems = []
+    for index, item in enumerate(variants, 1):
+        text = json.dumps(item.loaded.spec.model_dump(mode="json"), sort_keys=True, default=str)
+        if text not in seen:
+            seen[text] = (index, item)
+            continue
+        first_index, first = seen[text]
+        keys = ", ".join(key for key, _ in item.variant.values)
+        problems.append(
+            f"variants {first_index} ({first.label}) and {index} ({item.label}) of {len(variants)} "
+            f"are the same spec once their values are read (swept: {keys}), so they would compute "
+            "once and show twice; give each value once"
+        )
+    if problems:
+        raise SpecError(problems)

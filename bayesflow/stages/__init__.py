@@ -111,5 +111,21 @@ class StageRunner:
         self.context = WorkflowContext(self.loaded, self.dataset)
 
     def __call__(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> dict[str, Any]:
-        """Compute ``stage`` from its input entries into ``staging``; return its values."""
-        return compute(self.context, stage, read_inputs(inputs), staging).values()
+        """Compute ``stage`` from its input entries into ``staging``; return its values.
+
+        Raises:
+            StageError: the code the stage ran (a ``python:`` model's forward) called
+                ``sys.exit``, which would otherwise end the whole run quietly.
+        """
+        try:
+            return compute(self.context, stage, read_inputs(inputs), staging).values()
+        except SystemExit as error:
+            from bayesflow.errors import StageError
+            from bayesflow.user_code import user_frame
+
+            where = user_frame(error)
+            raise StageError(
+                f"the code it ran called sys.exit({str(repr(error.code))[:80]})"
+                + (f" at {where}" if where else "")
+                + "; a model's forward must return (or raise), not end the program: remove the call"
+            ) from error

@@ -20,6 +20,10 @@ sequence a synchronous hook would write.
   pickle for a process: :func:`bayesflow.tracking.session.open_tracking` bound to its
   arguments): the store is opened and the parent run started there, while the first
   stages compute.
+- **Prestart.** ``bayesflow run`` calls :func:`prestart` before it loads the data: the
+  worker process starts and imports mlflow on the other core meanwhile, and the next
+  process hook made in the same folder takes it (a no-op rerun of a small workflow no
+  longer waits for that import after the data; docs/benchmarks.md, issue 22).
 - **Errors.** The first exception the worker meets is kept and later calls are skipped
   (a failed store would fail them too); the scheduling thread raises it at its next hook
   call (as soon as the worker has reported it) or at :meth:`BackgroundHook.wait`, which
@@ -28,8 +32,13 @@ sequence a synchronous hook would write.
   :class:`~bayesflow.errors.TrackingError` with its message.
 - **Interrupts.** ``on_interrupt`` first waits for every queued call (each one logs a
   stage that had finished: nothing is dropped), then calls the hook's own. The worker
-  process ignores SIGINT, so the Ctrl-C that reaches the whole process group does not
-  cut its calls short.
+  process ignores SIGINT, SIGTERM and SIGHUP, so the Ctrl-C, or the SIGTERM of
+  ``timeout``, systemd or Slurm, that reaches the whole process group does not cut its
+  calls short: it ends when the scheduling process stops it or its pipe closes. A
+  message to it is written whole (:func:`bayesflow.stopping.deferred`).
+- **A worker that dies** (killed alone, e.g. by the out-of-memory killer) is a
+  :class:`~bayesflow.errors.TrackingError` naming its pid and the signal or exit code,
+  raised at the scheduling thread's next hook call or wait: never a hang.
 - **Finishing.** :meth:`BackgroundHook.finish` runs one last function on the worker's hook
   after every queued call (publishing the stages, ending the parent run) and stops the
   worker; :meth:`BackgroundHook.close` stops it without one. A process whose parent dies
@@ -39,6 +48,7 @@ sequence a synchronous hook would write.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing.connection
 import os
 import pickle
@@ -51,7 +61,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BackgroundHook"]
+from bayesflow.stopping import deferred
+
+__all__ = ["BackgroundHook", "discard_prestarted", "prestart", "prestarted"]
 
 Message = tuple[str, Any]
 
@@ -130,25 +142,21 @@ class BackgroundHook:
         self._stopped = False
         self._process = process
         if process:
-            ours, theirs = socket.socketpair()
-            with theirs:
-                self._worker: Any = _Child(subprocess.Popen(
-                    [sys.executable, "-m", "bayesflow.tracking.background", str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                ))
-            connection = multiprocessing.connection.Connection(ours.detach())
+            worker, connection = _take_prestarted() or _spawn()
+            self._worker: Any = worker
 
             def send(message: Message) -> None:
                 # The body pickled apart, so the worker can answer a body it cannot read.
                 kind, body = message
-                connection.send((kind, kind == "run" and body[2], pickle.dumps(body)))
+                raw = pickle.dumps(body)
+                with deferred():  # a stop signal must not cut a message in two
+                    connection.send((kind, kind == "run" and body[2], raw))
 
             self._send: Callable[[Message], None] = send
             self._poll: Callable[[float | None], Message | None] = lambda timeout: (
                 connection.recv() if connection.poll(timeout) else None
             )
             try:
-                connection.send(list(sys.path))
                 connection.send(open_hook)
             except (BrokenPipeError, OSError):
                 self._worker_died()
@@ -211,7 +219,12 @@ class BackgroundHook:
         if self._error is None:
             from bayesflow.errors import TrackingError
 
-            self._error = TrackingError("the tracking worker process ended unexpectedly")
+            how = self._worker.ended() if isinstance(self._worker, _Child) else "ended"
+            self._error = TrackingError(
+                f"the tracking worker process {how} before the run's logging was done "
+                "(killed alone, e.g. by the out-of-memory killer?); the run stops here. "
+                "Finished stages are cached: rerun the same command to finish and log them"
+            )
 
     def _put(self, method: str, *args: Any, **kwargs: Any) -> None:
         try:
@@ -267,14 +280,76 @@ class BackgroundHook:
         self._put("on_failure", stage, portable(error) if self._process else error, detail)
 
     def on_interrupt(self, stage: Any) -> None:
-        """Every finished stage is logged first, then the hook's own ``on_interrupt``."""
+        """Every finished stage is logged first, then the hook's own ``on_interrupt``.
+        An error met meanwhile (a worker that died too) is kept, not raised: the
+        interrupt is what ends the run."""
         if not self._stopped:
             self._request(_interrupt, (stage,), stop=False)
-        self._raise()
 
 
 def _interrupt(hook: Any, stage: Any) -> None:
     hook.on_interrupt(stage)
+
+
+# A worker started by prestart(), its connection, and the folder it was started in.
+_prestarted: tuple[_Child, multiprocessing.connection.Connection, str] | None = None
+
+
+def prestart() -> None:
+    """Start a worker process now, for the next :class:`BackgroundHook` made with
+    ``process=True`` in this folder to take: it imports mlflow (~2.5 s, the largest import
+    of a no-op rerun) on another core while this process loads the data and plans. Does
+    nothing if one is waiting already. Unused, it ends at :func:`discard_prestarted` or
+    when this process does (its pipe closes)."""
+    global _prestarted
+    if _prestarted is None:
+        _prestarted = (*_spawn(), os.getcwd())
+
+
+def prestarted() -> bool:
+    """Whether a worker process started by :func:`prestart` in this folder is waiting."""
+    return _prestarted is not None and _prestarted[0].is_alive() and _prestarted[2] == os.getcwd()
+
+
+def discard_prestarted() -> None:
+    """End a prestarted worker no hook took (the run failed before it began)."""
+    global _prestarted
+    taken, _prestarted = _prestarted, None
+    if taken is not None:
+        taken[1].close()  # it reads the end of its pipe and exits
+
+
+def _take_prestarted() -> tuple[_Child, multiprocessing.connection.Connection] | None:
+    """The prestarted worker, if it lives and was started in this folder (relative paths,
+    MLflow's default artifact folder among them, are the worker's own)."""
+    if not prestarted():
+        discard_prestarted()
+        return None
+    global _prestarted
+    assert _prestarted is not None
+    worker, connection, _ = _prestarted
+    _prestarted = None
+    return worker, connection
+
+
+def _spawn() -> tuple[_Child, multiprocessing.connection.Connection]:
+    """A worker process and the connection to it, ``sys.path`` sent (it imports meanwhile)."""
+    ours, theirs = socket.socketpair()
+    with theirs:
+        # Its own session: a signal sent to the run's process group (Ctrl-C at a
+        # terminal, `timeout`) is not for it (it also ignores them: _serve_child).
+        worker = _Child(subprocess.Popen(
+            [sys.executable, "-m", "bayesflow.tracking.background", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
+        ))
+    connection = multiprocessing.connection.Connection(ours.detach())
+    with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker is found at the first call
+        connection.send(list(sys.path))
+    return worker, connection
+
+
+# What a worker imports while it waits for its hook: the MLflow client and SQL store.
+WARM_MODULES = ("bayesflow.tracking.session", "mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store")
 
 
 class _Child:
@@ -297,6 +372,19 @@ class _Child:
     def exitcode(self) -> int | None:
         return self.process.poll()
 
+    def ended(self, timeout: float = 5.0) -> str:
+        """How the process ended, e.g. ``(pid 12) was killed by SIGKILL``, for a message."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:  # its pipe closed, the process lingers
+            return f"(pid {self.pid}) closed its pipe"
+        if code < 0:
+            try:
+                return f"(pid {self.pid}) was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"(pid {self.pid}) was killed by signal {-code}"
+        return f"(pid {self.pid}) exited with code {code}"
+
 
 def _serve_child(descriptor: int) -> None:
     """The worker process's entry (``python -m bayesflow.tracking.background FD``): the
@@ -304,13 +392,21 @@ def _serve_child(descriptor: int) -> None:
     opener; then :func:`serve` runs over the socket. A subprocess, not
     ``multiprocessing``'s spawn, which re-runs the user's ``__main__`` in the child (a
     script calling ``bayesflow.run`` at its top level would run again there)."""
-    # Ctrl-C is the scheduling process's to handle: it waits for every call to be made.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C, and SIGTERM or SIGHUP sent to the whole process group (timeout, systemd,
+    # Slurm), are the scheduling process's to handle: it waits for every queued call to
+    # be made, then stops this one; if it dies instead, the pipe closes and this exits.
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     connection = multiprocessing.connection.Connection(descriptor)
     try:
         sys.path[:] = connection.recv()
     except (EOFError, OSError):
         return
+
+    for module in WARM_MODULES:  # while the scheduling process loads data and plans
+        with contextlib.suppress(Exception):  # the hook's own import says what is wrong
+            importlib.import_module(module)
 
     def send(message: Message) -> None:
         with contextlib.suppress(OSError):  # the scheduling process is gone

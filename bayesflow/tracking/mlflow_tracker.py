@@ -13,6 +13,7 @@ database, in ``<db folder>/mlartifacts/<experiment id>``, instead of MLflow's de
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -30,11 +31,13 @@ from bayesflow.tracking.base import (
     check_status,
     stringify_params,
 )
-from bayesflow.tracking.uri import SQLITE_PREFIX, probe_server, resolve_tracking_uri, store_lock
+from bayesflow.tracking.preflight import is_store_fault, store_fault
+from bayesflow.tracking.uri import probe_server, resolve_tracking_uri, sqlite_database, store_lock
 
 __all__ = ["ARTIFACT_FOLDER", "MlflowTracker", "probe_server", "resolve_tracking_uri"]
 
 ARTIFACT_FOLDER = "mlartifacts"
+SQL_NOISE = ("[SQL:", "[parameters:", "(Background on this error")
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 # MLflow's largest page of search results (SEARCH_MAX_RESULTS_THRESHOLD).
@@ -43,11 +46,41 @@ _PAGE_SIZE = 50_000
 
 def _artifact_root(uri: str) -> str | None:
     """``<db folder>/mlartifacts`` as a file URI for an absolute SQLite store, else None."""
-    path = uri[len(SQLITE_PREFIX) :] if uri.startswith(SQLITE_PREFIX) else ""
-    if not path.startswith("/"):
+    database = sqlite_database(uri)
+    if database is None or not database.is_absolute():
         return None
-    database = Path(path.split("?", 1)[0])
     return (database.parent / ARTIFACT_FOLDER).as_uri()
+
+
+def _make_parent_dirs(db_uri: str) -> None:
+    """Make the folder of a SQLite store's file, its path read from the URI as SQLAlchemy
+    reads it."""
+    database = sqlite_database(db_uri)
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _mend_mlflow() -> None:
+    """MLflow 3 makes the folder of a SQLite store from the URI's text, not unquoted
+    (``mlflow.store.db.utils._make_parent_dirs_if_sqlite``): a store in ``a%20b?c/`` made
+    an empty folder ``a%2520b%3Fc`` beside it. Its engine factory looks the function up on
+    each call, so this process's replacement reads the path as SQLAlchemy does."""
+    from mlflow.store.db import utils
+
+    if hasattr(utils, "_make_parent_dirs_if_sqlite"):
+        utils._make_parent_dirs_if_sqlite = _make_parent_dirs
+    # MLflow logs the whole SQLAlchemy traceback of a failed session before raising the
+    # error, which _translate words (full, read-only, locked store): the user sees it once.
+    logger = logging.getLogger(utils.__name__)
+    if not any(isinstance(known, _RaisedAnyway) for known in logger.filters):
+        logger.addFilter(_RaisedAnyway())
+
+
+class _RaisedAnyway(logging.Filter):
+    """Drops the tracebacks MLflow logs for database errors it raises right after."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and record.levelno >= logging.ERROR)
 
 
 def _quote(value: str) -> str:
@@ -97,11 +130,13 @@ class MlflowTracker:
             probe_server(self.uri)
             from mlflow.tracking import MlflowClient
 
+            _mend_mlflow()
             with self._translate("connecting"), store_lock(self.uri):  # one creator at a time
-                if self.uri.startswith(SQLITE_PREFIX):  # a new store: copied, not migrated
+                database = sqlite_database(self.uri)
+                if database is not None:  # a new store: copied, not migrated
                     from bayesflow.tracking.sqlite_seed import seed_store
 
-                    seed_store(Path(self.uri[len(SQLITE_PREFIX) :].split("?", 1)[0]))
+                    seed_store(database)
                 self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 
@@ -114,8 +149,15 @@ class MlflowTracker:
         try:
             yield
         except (MlflowException, OSError, sqlalchemy.exc.SQLAlchemyError) as exc:
+            database = sqlite_database(self.uri)
+            if database is not None and is_store_fault(exc, database):  # full, read-only, locked...
+                raise store_fault(exc, database, what) from exc
+            # SQLAlchemy's text repeats the SQL statement, its parameters and a web link.
+            text = "\n".join(
+                line for line in str(exc).splitlines() if not line.startswith(SQL_NOISE)
+            )
             raise TrackingError(
-                f"{what} failed on the tracking store {self.uri}: {exc}\n"
+                f"{what} failed on the tracking store {self.uri}: {text}\n"
                 "  fix: check that the store is reachable and writable (for SQLite, that "
                 "its folder exists and no other program holds the file), that the run id "
                 "is right, or point the workflow's tracking uri elsewhere"

@@ -291,12 +291,19 @@ def _signature(spec: WorkflowSpec, cell: dict[str, Any]) -> tuple[pd.DataFrame, 
 @functools.lru_cache(maxsize=1)
 def _requirements() -> tuple[str, ...]:
     """This environment's bayesflow, torch and mlflow, pinned: the model is loaded where it
-    was logged (bayesflow is imported, not copied into the model)."""
+    was logged (bayesflow is imported, not copied into the model). A package run from a
+    source folder that pip never installed (``PYTHONPATH=checkout``) has no version to pin
+    and is named unpinned."""
     from importlib import metadata
 
+    def requirement(name: str) -> str:
+        try:
+            return f"{name}=={metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            return name
+
     return tuple(
-        f"{name}=={metadata.version(name)}"
-        for name in ("bayesflow-workflows", "torch", "mlflow", "numpy", "pandas")
+        requirement(name) for name in ("bayesflow-workflows", "torch", "mlflow", "numpy", "pandas")
     )
 
 

@@ -89,22 +89,30 @@ def finish_tracking(
 
 def worker_is_process(tracker: Any, computing: bool = True) -> bool:
     """Whether the tracking worker is a process (tracking/background.py): for an MLflow
-    store while stages compute, unless BAYESFLOW_TRACKING_WORKER is ``thread`` (or
-    ``process``: always). With every stage cached nothing competes for the GIL, and a
-    thread saves starting a second interpreter (a no-op rerun of a tiny workflow: 7.6 s
-    against 5.5 s from the command line, measured). Other trackers live in this process."""
+    store while stages compute or when one was prestarted (``bayesflow run`` starts it
+    before loading the data), unless BAYESFLOW_TRACKING_WORKER is ``thread`` (or
+    ``process``: always). Started late with every stage cached, nothing competes for the
+    GIL and a thread saves starting a second interpreter (a no-op rerun of a tiny
+    workflow: 7.6 s against 5.5 s from the command line, measured). Other trackers live in
+    this process."""
+    from bayesflow.tracking.background import prestarted
     from bayesflow.tracking.mlflow_tracker import MlflowTracker  # mlflow itself is not imported
 
     worker = os.environ.get("BAYESFLOW_TRACKING_WORKER", "")
     mlflow = type(tracker) is MlflowTracker  # a wrapper of one lives in this process
-    return mlflow and worker != "thread" and (computing or worker == "process")
+    return mlflow and worker != "thread" and (computing or worker == "process" or prestarted())
 
 
-def end_own_runs(tracker: Any, experiment: str, status: str) -> None:
+def end_own_runs(tracker: Any, experiment: str, status: str, reason: str | None = None) -> None:
     """End every run this process left RUNNING (an interrupt can land between a run's
-    creation and its end, wherever that is)."""
+    creation and its end, wherever that is) with ``status``; ``reason`` (default for
+    KILLED: ``interrupted``) goes to its ``bayesflow.error`` tag."""
+    from bayesflow.tracking.hook import ERROR_LIMIT
+
+    if reason is None and status == "KILLED":
+        reason = "interrupted"
     for record in tracker.search_runs(experiment, status="RUNNING"):
         if record.tags.get("bayesflow.pid") == str(os.getpid()):
-            if status == "KILLED":
-                tracker.set_tags(record.run_id, {"bayesflow.error": "interrupted"})
+            if reason:
+                tracker.set_tags(record.run_id, {"bayesflow.error": reason[:ERROR_LIMIT]})
             tracker.end_run(record.run_id, status)

@@ -62,7 +62,9 @@ def _seed() -> Path:
         made = Path(scratch) / "mlflow.db"
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        store = SqlAlchemyStore(f"sqlite:///{made}", Path(scratch, "artifacts").as_uri())
+        from bayesflow.tracking.uri import sqlite_uri
+
+        store = SqlAlchemyStore(sqlite_uri(made), Path(scratch, "artifacts").as_uri())
         store.engine.dispose()
         # The default experiment names this scratch folder: MLflow adds it again, with the
         # real store's artifact location, when it opens the copy.

@@ -2,7 +2,12 @@
 a quick probe of a tracking server before MLflow's client retries for minutes, and the
 lock under which a SQLite store is created.
 
-Neither function imports mlflow, so the command line can name a store cheaply.
+A SQLite URI is built from a path and read back into one by :func:`sqlite_uri` and
+:func:`sqlite_database` only, with :mod:`urllib.parse` quoting as SQLAlchemy parses it
+(``sqlalchemy.engine.make_url`` takes what follows ``?`` as a query and unquotes ``%XX``):
+a folder named ``a%20b?c#d`` is a valid place for a store, never ``a b`` beside it.
+
+No function here imports mlflow or SQLAlchemy, so the command line can name a store cheaply.
 """
 
 from __future__ import annotations
@@ -11,18 +16,35 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from bayesflow.errors import TrackingError
 
 __all__ = [
     "DEFAULT_TRACKING_URI", "PROBE_SECONDS", "SQLITE_PREFIX", "STORE_LOCK_SECONDS", "missing_store",
-    "probe_server", "resolve_tracking_uri", "store_lock",
+    "probe_server", "resolve_tracking_uri", "sqlite_database", "sqlite_uri", "store_lock",
 ]
 
 SQLITE_PREFIX = "sqlite:///"
 
 # Where runs go when neither the spec, the command line nor MLFLOW_TRACKING_URI says.
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def sqlite_uri(database: Path) -> str:
+    """The ``sqlite:///`` URI of the database file ``database`` (absolute or not), its path
+    percent-quoted so that SQLAlchemy reads back exactly this path (``%``, ``?``, ``#``,
+    spaces and non-ASCII letters included)."""
+    return SQLITE_PREFIX + quote(str(database), safe="/")
+
+
+def sqlite_database(uri: str) -> Path | None:
+    """The database file a ``sqlite:///`` URI names, unquoted as SQLAlchemy does; None for
+    another scheme or an in-memory store."""
+    if not uri.startswith(SQLITE_PREFIX):
+        return None
+    database = unquote(uri[len(SQLITE_PREFIX) :].split("?", 1)[0])
+    return None if database in ("", ":memory:") else Path(database)
 
 
 def resolve_tracking_uri(uri: str | None, base: Path) -> str:
@@ -33,9 +55,10 @@ def resolve_tracking_uri(uri: str | None, base: Path) -> str:
     ``sqlite:///mlflow.db`` in the working directory.
 
     ``sqlite:///mlflow.db`` names a path relative to the working directory; it becomes
-    ``sqlite:////<base>/mlflow.db``. A plain relative or absolute path becomes a
-    ``file:`` URI. Absolute SQLite paths and every other scheme (``http``, ``file``,
-    ``databricks``) are returned unchanged.
+    ``sqlite:////<base>/mlflow.db``, quoted by :func:`sqlite_uri` (an absolute SQLite path
+    is quoted the same way, naming the same file). A plain relative or absolute path
+    becomes a ``file:`` URI. Every other scheme (``http``, ``file``, ``databricks``) is
+    returned unchanged.
 
     Args:
         uri: the tracking URI as a user wrote it.
@@ -43,11 +66,11 @@ def resolve_tracking_uri(uri: str | None, base: Path) -> str:
     """
     if uri is None:
         uri = os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-    if uri.startswith(SQLITE_PREFIX):
-        database = uri[len(SQLITE_PREFIX) :]
-        if not database or database.startswith("/") or database == ":memory:":
-            return uri
-        return SQLITE_PREFIX + str((base / database).resolve())
+    database = sqlite_database(uri)
+    if database is not None:
+        query = uri.partition("?")[2]
+        path = database if database.is_absolute() else (base / database).resolve()
+        return sqlite_uri(path) + (f"?{query}" if query else "")
     if "://" in uri or uri.startswith("file:"):
         return uri
     folder = Path(uri)
@@ -89,8 +112,8 @@ def probe_server(uri: str, timeout: float = PROBE_SECONDS) -> None:
 def missing_store(uri: str) -> bool:
     """Whether ``uri`` names a SQLite store whose file is not there. Reading from it would
     make MLflow create an empty store and then call every run unknown."""
-    database = uri.removeprefix(SQLITE_PREFIX).split("?", 1)[0]
-    return uri.startswith(SQLITE_PREFIX) and database != ":memory:" and not Path(database).is_file()
+    database = sqlite_database(uri)
+    return database is not None and not database.is_file()
 
 
 # Creating or upgrading a SQLite store takes seconds; a process that waits longer than
@@ -114,19 +137,19 @@ def store_lock(uri: str, timeout: float = STORE_LOCK_SECONDS) -> Iterator[None]:
         TrackingError: the lock file cannot be made, or another process held the lock for
             ``timeout`` seconds.
     """
-    database = uri.removeprefix(SQLITE_PREFIX).split("?", 1)[0]
-    if not uri.startswith(SQLITE_PREFIX) or database in ("", ":memory:"):
+    database = sqlite_database(uri)
+    if database is None:
         yield
         return
-    folder = Path(database).parent
-    if Path(database).is_file() and folder.is_dir() and not os.access(folder, os.W_OK):
+    folder = database.parent
+    if database.is_file() and folder.is_dir() and not os.access(folder, os.W_OK):
         yield  # a store in a read-only folder is read, never created or migrated here
         return
     from bayesflow.dag.lock import FileLock
     from bayesflow.errors import CacheLockError
 
     lock = FileLock(
-        Path(database + ".lock"), timeout=timeout, notify=lambda line: None,
+        database.with_name(database.name + ".lock"), timeout=timeout, notify=lambda line: None,
         name=f"tracking store {database}",
         fix="it is still creating or upgrading the store; let it finish, or point `tracking.uri` "
             "at another store",

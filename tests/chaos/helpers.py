@@ -67,12 +67,14 @@ def leftovers(folder: Path) -> list[str]:
     return found
 
 
-def fit_runs(folder: Path) -> dict[str, list[str]]:
+def fit_runs(folder: Path, database: Path | None = None) -> dict[str, list[str]]:
     """Stage name → statuses of the MLflow runs that computed a fit in ``folder``'s store
-    (a rerun's reused children, tagged ``bayesflow.computed_by``, left out)."""
-    from mlflow.tracking import MlflowClient
+    (or the store ``database``; a rerun's reused children, tagged ``bayesflow.computed_by``,
+    left out)."""
+    from bayesflow.tracking.mlflow_tracker import MlflowTracker
+    from bayesflow.tracking.uri import sqlite_uri
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
+    client = MlflowTracker(sqlite_uri(database or folder / "mlflow.db")).client
     found: dict[str, list[str]] = {}
     for experiment in client.search_experiments():
         for run in client.search_runs([experiment.experiment_id]):

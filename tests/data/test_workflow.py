@@ -11,7 +11,7 @@ from bayesflow.errors import SpecError
 from bayesflow.tracking import InMemoryTracker
 from tests.conftest import write
 
-WORKFLOW = Path(__file__).parents[2] / "bayesflow" / "workflows" / "cold_posterior_imdb.yaml"
+WORKFLOW = Path(__file__).parents[2] / "workflows" / "cold_posterior_imdb.yaml"
 
 # The overrides the workflow's description gives for the paper's scale on a GPU.
 PAPER_SCALE = [

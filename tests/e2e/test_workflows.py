@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 pytestmark = pytest.mark.e2e
-WORKFLOWS = Path(__file__).parents[2] / "bayesflow" / "workflows"
+WORKFLOWS = Path(__file__).parents[2] / "workflows"
 BAYESFLOW = [sys.executable, "-m", "bayesflow.cli"]
 
 # Overrides that keep each workflow's methods and report but make every fit take well

@@ -92,7 +92,8 @@ def test_missing_dependency_of_the_module_is_named(user_folder: Path) -> None:
     with pytest.raises(
         SpecError,
         match="'broken_networks' was found, but importing it failed: "
-        "No module named 'no_such_dependency'; install 'no_such_dependency'",
+        r"No module named 'no_such_dependency' at .*broken_networks.py:1 in <module>: "
+        "`import no_such_dependency`; install 'no_such_dependency'",
     ):
         build_model({"name": "python", "python": "broken_networks:make_net"}, 3, 2)
     sys.modules.pop("broken_networks", None)

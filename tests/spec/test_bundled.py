@@ -8,16 +8,17 @@ import pytest
 from typer.testing import CliRunner
 
 from bayesflow.cli import app
-from bayesflow.errors import SpecError
+from bayesflow.errors import BayesflowError, SpecError
 from bayesflow.spec import load_spec
 from bayesflow.spec.bundled import bundled_workflows, resolve_spec_path
 
 
-def test_every_bundled_workflow_is_found_in_the_package() -> None:
-    """The seven workflows live inside the package, next to its modules."""
+def test_every_bundled_workflow_is_found_in_the_checkouts_workflows_folder() -> None:
+    """From a checkout, the bundled workflows are the top-level workflows/ folder's files."""
     found = bundled_workflows()
     assert {"cold_posterior", "pima_logistic", "double_well"} <= set(found)
-    assert all(path.parent.parent.name == "bayesflow" for path in found.values())
+    root = Path(__file__).parents[2]
+    assert all(path.parent == root / "workflows" for path in found.values())
 
 
 def test_a_bundled_workflow_loads_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,3 +64,22 @@ def test_a_relative_data_path_override_is_taken_from_the_working_directory(
     loaded = load_spec("pima_logistic", ["data.path=table.csv", "data.target=y", "seeds=[0]"])
     assert loaded.spec.data.path == str(here / "table.csv")
     assert load_spec("pima_logistic").spec.data.path.startswith("package:")
+
+
+def test_shipped_folders_prefer_the_wheels_copy_inside_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside the package (a wheel) wins; beside it (a checkout) is next; a folder holding no
+    specs, such as a stale __pycache__ of an older checkout, is neither."""
+    from bayesflow import shipped
+
+    package = tmp_path / "bayesflow"
+    (package / "workflows" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "workflows" / "beside.yaml").write_text("name: beside\n")
+    monkeypatch.setattr(shipped, "PACKAGE", package)
+    assert shipped.shipped_folder("workflows") == tmp_path / "workflows"
+    (package / "workflows" / "inside.yaml").write_text("name: inside\n")
+    assert shipped.shipped_folder("workflows") == package / "workflows"
+    with pytest.raises(BayesflowError, match="the shipped templates are missing"):
+        shipped.shipped_folder("templates")

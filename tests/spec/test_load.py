@@ -28,8 +28,8 @@ def test_tiny_spec_loads(tiny_spec: Path) -> None:
 
 
 def test_every_workflow_validates() -> None:
-    """Every bundled workflow (bayesflow/workflows/) is valid."""
-    specs = sorted(Path(__file__).parents[2].joinpath("bayesflow", "workflows").glob("*.yaml"))
+    """Every bundled workflow (workflows/) is valid."""
+    specs = sorted(Path(__file__).parents[2].joinpath("workflows").glob("*.yaml"))
     assert specs
     for path in specs:
         load_spec(path)

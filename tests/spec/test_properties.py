@@ -16,7 +16,7 @@ from bayesflow.methods import METHODS
 from bayesflow.spec import load_spec
 from tests.conftest import TINY_SPEC
 
-WORKFLOWS = Path(__file__).parents[2] / "bayesflow" / "workflows"
+WORKFLOWS = Path(__file__).parents[2] / "workflows"
 BASES = [yaml.safe_load(TINY_SPEC)] + [
     yaml.safe_load(path.read_text()) for path in sorted(WORKFLOWS.glob("*.yaml"))
 ]

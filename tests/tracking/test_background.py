@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 import threading
 import types
@@ -202,9 +203,35 @@ def test_a_worker_process_that_dies_is_an_error_not_a_hang(tmp_path: Path) -> No
     hook.wait()
     hook._worker.kill()
     hook._worker.join()
-    with pytest.raises(TrackingError, match="ended unexpectedly"):
+    pid = hook._worker.pid
+    with pytest.raises(TrackingError, match=rf"worker process \(pid {pid}\) was killed by SIGKILL"):
         hook.after_stage("s0", None, cached=False)
     hook.close()
+
+
+def test_a_worker_process_ignores_the_signals_that_stop_a_run(tmp_path: Path) -> None:
+    """SIGTERM, SIGHUP or SIGINT sent to the worker (as to a whole process group) do not
+    end it: it makes every call until it is stopped."""
+    path = tmp_path / "calls.jsonl"
+    hook = BackgroundHook(functools.partial(FileRecorder, str(path)), process=True)
+    hook.wait()  # the worker is past its start
+    assert os.getpgid(hook._worker.pid) == hook._worker.pid != os.getpgid(0)  # its own group
+    for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        os.kill(hook._worker.pid, number)
+    hook.before_stage("s0")
+    assert hook.finish(summary, "done") == "done: 1 calls"
+    assert hook._worker.exitcode == 0
+
+
+def test_an_interrupt_with_a_dead_worker_keeps_the_interrupt(tmp_path: Path) -> None:
+    """on_interrupt does not raise the worker's death: the interrupt ends the run."""
+    hook = BackgroundHook(functools.partial(FileRecorder, str(tmp_path / "calls.jsonl")), process=True)
+    hook.wait()
+    hook._worker.kill()
+    hook._worker.join()
+    hook.on_interrupt(None)
+    with pytest.raises(TrackingError, match="killed by SIGKILL"):
+        hook.close()
 
 
 def test_a_message_the_worker_process_cannot_read_is_an_error_not_a_hang(
@@ -219,3 +246,38 @@ def test_a_message_the_worker_process_cannot_read_is_an_error_not_a_hang(
     with pytest.raises(ModuleNotFoundError, match="only_in_this_process"):
         hook.finish(only_here.unreachable)
     assert hook._worker.exitcode == 0
+
+
+def test_a_prestarted_worker_process_is_taken_by_the_next_hook(tmp_path: Path) -> None:
+    """prestart() starts the process early; the next process hook uses it, not another."""
+    from bayesflow.tracking import background
+
+    background.prestart()
+    assert background.prestarted()
+    pid = background._prestarted[0].pid  # type: ignore[index]
+    assert background._prestarted[2] == os.getcwd()  # type: ignore[index]
+    path = tmp_path / "calls.jsonl"
+    hook = BackgroundHook(functools.partial(FileRecorder, str(path)), process=True)
+    assert not background.prestarted() and hook._worker.pid == pid
+    hook.before_stage("s0")
+    assert hook.finish(summary, "done") == "done: 1 calls"
+    assert [json.loads(line)[0] for line in path.read_text().splitlines()] == [pid]
+
+
+def test_a_prestarted_worker_from_another_folder_is_not_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its relative paths would be another folder's: a fresh worker is started instead,
+    and the prestarted one ends."""
+    from bayesflow.tracking import background
+
+    background.prestart()
+    stale = background._prestarted[0]  # type: ignore[index]
+    monkeypatch.chdir(tmp_path)
+    assert not background.prestarted()
+    hook = BackgroundHook(functools.partial(FileRecorder, str(tmp_path / "calls.jsonl")), process=True)
+    assert hook._worker.pid != stale.pid
+    hook.before_stage("s0")
+    assert hook.finish(summary, "done") == "done: 1 calls"
+    stale.join()  # its pipe was closed: it ends
+    assert stale.exitcode == 0

@@ -101,3 +101,27 @@ def test_a_model_from_the_template_has_save_models_files(
             artifact.pop("uri")
         entry["flavors"]["python_function"].pop("model_code_path")
     assert described[0] == described[1]
+
+
+def test_requirements_name_a_package_run_from_source_unpinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bayesflow run from a folder on PYTHONPATH (no installed metadata) is named without a
+    version; the installed packages keep their pins (this crashed every fit's model once)."""
+    from importlib import metadata
+
+    from bayesflow.tracking import pyfunc
+
+    real = metadata.version
+
+    def version(name: str) -> str:
+        if name == "bayesflow-workflows":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    pyfunc._requirements.cache_clear()
+    try:
+        found = pyfunc._requirements()
+    finally:
+        pyfunc._requirements.cache_clear()
+    assert found[0] == "bayesflow-workflows"
+    assert found[1] == f"torch=={real('torch')}" and found[2].startswith("mlflow==")

@@ -260,6 +260,25 @@ def test_resolve_tracking_uri(tmp_path) -> None:
     assert resolve_tracking_uri("http://localhost:5000", tmp_path) == "http://localhost:5000"
 
 
+@pytest.mark.parametrize("name", ["a%20b", "q?x=1", "h#frag", "sp ace", "θ→0 ±", "a%2Fb"])
+def test_a_sqlite_uri_names_its_folder_whatever_the_folder_is_called(name: str, tmp_path) -> None:
+    """The URI of a store in a folder named with URI characters reads back, by SQLAlchemy
+    and by bayesflow, as that very file; a query after the path is kept."""
+    from sqlalchemy.engine import make_url
+
+    from bayesflow.tracking.uri import sqlite_database, sqlite_uri
+
+    base = tmp_path / name
+    uri = resolve_tracking_uri("sqlite:///mlflow.db", base)
+    assert uri == sqlite_uri(base.resolve() / "mlflow.db") and uri.isascii()
+    assert make_url(uri).database == str(base.resolve() / "mlflow.db")
+    assert sqlite_database(uri) == base.resolve() / "mlflow.db"
+    assert resolve_tracking_uri(uri, tmp_path) == uri  # absolute: the same file
+    with_query = resolve_tracking_uri("sqlite:///mlflow.db?timeout=20", base)
+    assert make_url(with_query).query == {"timeout": "20"}
+    assert make_url(with_query).database == str(base.resolve() / "mlflow.db")
+
+
 def test_import_does_not_load_mlflow() -> None:
     """Importing bayesflow.tracking leaves mlflow unimported."""
     code = "import sys, bayesflow.tracking; assert 'mlflow' not in sys.modules"
