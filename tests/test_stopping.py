@@ -6,10 +6,31 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 
-from bayesflow.stopping import Stopped, deferred, exit_code_of, restore_after, stop_on_signals
+from bayesflow.stopping import (
+    STOP_SIGNALS,
+    Stopped,
+    deferred,
+    exit_code_of,
+    restore_after,
+    stop_on_signals,
+)
+
+
+@pytest.fixture(autouse=True)
+def default_stop_signals() -> Iterator[None]:
+    """Start each test from the default SIGTERM and SIGHUP handlers, as a terminal gives
+    them: a suite started under `nohup` (or by a runner that ignores SIGHUP) inherits SIGHUP
+    ignored, which stop_on_signals rightly leaves alone, and these tests would then fail."""
+    previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    for number in previous:
+        signal.signal(number, signal.SIG_DFL)
+    yield
+    for number, handler in previous.items():
+        signal.signal(number, handler)
 
 
 def test_stopped_is_an_interrupt_with_the_shells_exit_code() -> None:
