@@ -10,8 +10,10 @@ every chain's mean log likelihood over its batch needs no reverse pass::
 The values are the likelihood's own, and ``g`` is computed by the kernels the reverse
 pass runs (``(σ(z) − y)·(−1/B)``; ``((y − z)/s · 1/B)/s``), so values and gradients equal
 the reverse pass's to float rounding, and on a shared batch, whose products are the
-reverse pass's too, to the bit (tests/engines/test_glm_gradient.py): a seed gives the
-same chains as before. :func:`bayesflow.engines.gradient.chain_gradient` uses it under a
+reverse pass's too, to the bit on the machines measured (an AVX-512 Xeon and an AMD EPYC,
+every torch kernel level and 1 or 2 threads): a seed gave the same chains as before. The
+test (tests/engines/test_glm_gradient.py) allows a reordered sum's rounding, since the
+two paths are other kernels and another machine may sum them in another order. :func:`bayesflow.engines.gradient.chain_gradient` uses it under a
 normal prior, whose gradient it adds in closed form as before.
 
 - One batch per chain (a :class:`~bayesflow.engines.base.ChainBatch`, inputs (K, B, I)):
@@ -105,8 +107,8 @@ def glm_gradient(problem: Problem) -> GLMGradient | None:
     ) -> tuple[Tensor, Tensor]:
         """Every chain's mean log likelihood (K,) and its derivative in the outputs (K, B)
         (written into ``out`` when given), computed as the reverse pass computes them
-        (the same kernels on the same numbers: a shared batch's gradient is the reverse
-        pass's to the bit)."""
+        (the same kernels on the same numbers: a shared batch's gradient matched the
+        reverse pass's to the bit where measured; see the module docstring)."""
         mean = mean_backward(outputs.shape[-1], outputs)
         if bernoulli:
             value = functional.binary_cross_entropy_with_logits(
