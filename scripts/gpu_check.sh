@@ -4,7 +4,14 @@
 #   bash scripts/gpu_check.sh          # from the repository root, with .whl/ carried
 #
 # Installs the wheel bundle in .whl/ (what bayesflow needs beyond the machine's own
-# packages) into /tmp/site, records the machine, then runs these steps, each under its
+# packages; not in git: listed in .git/info/exclude) into /tmp/site. The bundle is built on
+# a machine with a package index, for the GPU machine's Python 3.12, leaving torch out:
+#   pip download --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     mlflow papermill nbconvert ipykernel jupytext latex2mathml pydantic omegaconf
+#   pip download --no-deps ... -d .whl torchopt posteriors tensordict optree pyro-ppl pyro-api
+# then the wheels of packages the machine already has are deleted (53 MiB were left on
+# 2026-11-26; a call carries at most 64 MiB with the working tree). It then records the machine, then runs these steps, each under its
 # own timeout and all under one overall budget (BUDGET_S, default 470 s; a step that
 # would start with under 15 s left is skipped):
 #   gpu_tests       pytest -m gpu tests/engines/test_device.py (every engine on the device)
