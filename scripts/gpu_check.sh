@@ -11,7 +11,8 @@
 #     mlflow papermill nbconvert ipykernel jupytext latex2mathml pydantic omegaconf
 #   pip download --no-deps ... -d .whl torchopt posteriors tensordict optree pyro-ppl pyro-api
 # then the wheels of packages the machine already has are deleted (53 MiB were left on
-# 2026-11-26; a call carries at most 64 MiB with the working tree). It then records the machine, then runs these steps, each under its
+# 2026-11-26; a call carries at most 64 MiB with the working tree). It then records the
+# machine and runs these steps, each under its
 # own timeout and all under one overall budget (BUDGET_S, default 470 s; a step that
 # would start with under 15 s left is skipped):
 #   gpu_tests       pytest -m gpu tests/engines/test_device.py (every engine on the device)
