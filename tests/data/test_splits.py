@@ -28,6 +28,7 @@ def test_digits_are_load_digits_bit_for_bit() -> None:
     data, target = digits()
     bunch = load_digits()
     assert data.dtype == bunch.data.dtype and target.dtype == bunch.target.dtype
+    # Exact: the same text parsed by the same function, no arithmetic, on any CPU.
     np.testing.assert_array_equal(data, bunch.data)
     np.testing.assert_array_equal(target, bunch.target)
 
@@ -43,6 +44,7 @@ def test_a_split_is_train_test_split_bit_for_bit_computed_and_remembered(stratif
     for _ in range(2):
         x_train, y_train, x_test, y_test = split(x, y, 0.3, 5, stratify, "test data")
         for got, want in zip((x_train, x_test, y_train, y_test), expected):
+            # Exact: rows selected by the same integer indices, no arithmetic on the values.
             np.testing.assert_array_equal(got, want)
     assert len(list(split_folder().glob("*.npz"))) == 1
 
@@ -53,6 +55,7 @@ def test_a_damaged_remembered_split_is_computed_again() -> None:
     [saved] = split_folder().glob("*.npz")
     saved.write_bytes(b"not a zip file")
     again = split_indices(y, 0.5, 0, True)
+    # Integer row indices, recomputed by the same call.
     np.testing.assert_array_equal(again[0], train)
     np.testing.assert_array_equal(again[1], test)
 
