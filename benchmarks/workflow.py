@@ -5,7 +5,7 @@ directory (its own MLflow store, cache and reports), with two instruments:
 
 - the **tracking** share is what the run waits for: opening the store, the parent run
   and every MLflow call are made by the tracking worker process while the stages compute
-  (:mod:`bayesflow.tracking.background`), and the run waits only at its end, for the
+  (:mod:`bayesflow.tracking.background`, :mod:`bayesflow.tracking.worker`), and the run waits only at its end, for the
   worker's last calls and the parent's end (``BackgroundHook.finish``, timed). The
   worker's own calls are not timed here (in ``smoke``, with the in-memory tracker on a
   thread, :class:`TimingTracker` adds up every call by the thread that made it); the

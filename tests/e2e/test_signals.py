@@ -64,11 +64,11 @@ def wait_for_entries(folder: Path, process: subprocess.Popen[str], count: int) -
 
 
 def tracking_worker(process: subprocess.Popen[str]) -> psutil.Process:
-    """The run's tracking worker process (python -m bayesflow.tracking.background)."""
+    """The run's tracking worker process (python -m bayesflow.tracking.worker)."""
     deadline = time.monotonic() + HANG_GUARD
     while time.monotonic() < deadline:
         for child in psutil.Process(process.pid).children(recursive=True):
-            if "bayesflow.tracking.background" in " ".join(child.cmdline()):
+            if "bayesflow.tracking.worker" in " ".join(child.cmdline()):
                 return child
         time.sleep(0.05)
     raise AssertionError("the run started no tracking worker process")

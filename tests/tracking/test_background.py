@@ -250,12 +250,12 @@ def test_a_message_the_worker_process_cannot_read_is_an_error_not_a_hang(
 
 def test_a_prestarted_worker_process_is_taken_by_the_next_hook(tmp_path: Path) -> None:
     """prestart() starts the process early; the next process hook uses it, not another."""
-    from bayesflow.tracking import background
+    from bayesflow.tracking import background, worker
 
     background.prestart()
     assert background.prestarted()
-    pid = background._prestarted[0].pid  # type: ignore[index]
-    assert background._prestarted[2] == os.getcwd()  # type: ignore[index]
+    pid = worker._prestarted[0].pid  # type: ignore[index]
+    assert worker._prestarted[2] == os.getcwd()  # type: ignore[index]
     path = tmp_path / "calls.jsonl"
     hook = BackgroundHook(functools.partial(FileRecorder, str(path)), process=True)
     assert not background.prestarted() and hook._worker.pid == pid
@@ -269,10 +269,10 @@ def test_a_prestarted_worker_from_another_folder_is_not_taken(
 ) -> None:
     """Its relative paths would be another folder's: a fresh worker is started instead,
     and the prestarted one ends."""
-    from bayesflow.tracking import background
+    from bayesflow.tracking import background, worker
 
     background.prestart()
-    stale = background._prestarted[0]  # type: ignore[index]
+    stale = worker._prestarted[0]  # type: ignore[index]
     monkeypatch.chdir(tmp_path)
     assert not background.prestarted()
     hook = BackgroundHook(functools.partial(FileRecorder, str(tmp_path / "calls.jsonl")), process=True)
