@@ -13,7 +13,6 @@ database, in ``<db folder>/mlartifacts/<experiment id>``, instead of MLflow's de
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -31,6 +30,7 @@ from bayesflow.tracking.base import (
     check_status,
     stringify_params,
 )
+from bayesflow.tracking.mends import mend_mlflow
 from bayesflow.tracking.preflight import is_store_fault, store_fault
 from bayesflow.tracking.uri import probe_server, resolve_tracking_uri, sqlite_database, store_lock
 
@@ -50,37 +50,6 @@ def _artifact_root(uri: str) -> str | None:
     if database is None or not database.is_absolute():
         return None
     return (database.parent / ARTIFACT_FOLDER).as_uri()
-
-
-def _make_parent_dirs(db_uri: str) -> None:
-    """Make the folder of a SQLite store's file, its path read from the URI as SQLAlchemy
-    reads it."""
-    database = sqlite_database(db_uri)
-    if database is not None:
-        database.parent.mkdir(parents=True, exist_ok=True)
-
-
-def _mend_mlflow() -> None:
-    """MLflow 3 makes the folder of a SQLite store from the URI's text, not unquoted
-    (``mlflow.store.db.utils._make_parent_dirs_if_sqlite``): a store in ``a%20b?c/`` made
-    an empty folder ``a%2520b%3Fc`` beside it. Its engine factory looks the function up on
-    each call, so this process's replacement reads the path as SQLAlchemy does."""
-    from mlflow.store.db import utils
-
-    if hasattr(utils, "_make_parent_dirs_if_sqlite"):
-        utils._make_parent_dirs_if_sqlite = _make_parent_dirs
-    # MLflow logs the whole SQLAlchemy traceback of a failed session before raising the
-    # error, which _translate words (full, read-only, locked store): the user sees it once.
-    logger = logging.getLogger(utils.__name__)
-    if not any(isinstance(known, _RaisedAnyway) for known in logger.filters):
-        logger.addFilter(_RaisedAnyway())
-
-
-class _RaisedAnyway(logging.Filter):
-    """Drops the tracebacks MLflow logs for database errors it raises right after."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and record.levelno >= logging.ERROR)
 
 
 def _quote(value: str) -> str:
@@ -130,7 +99,7 @@ class MlflowTracker:
             probe_server(self.uri)
             from mlflow.tracking import MlflowClient
 
-            _mend_mlflow()
+            mend_mlflow()
             with self._translate("connecting"), store_lock(self.uri):  # one creator at a time
                 database = sqlite_database(self.uri)
                 if database is not None:  # a new store: copied, not migrated
