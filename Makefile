@@ -37,8 +37,14 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	$(BIN)/pip install -q -e .
 	@touch $@
 
+# laplace-torch, the tests' reference for Laplace, and its curvature back-ends are installed
+# without their declared dependencies: they require torchvision, which they import only in
+# their examples, and pip would replace the CPU build of torch by a CUDA build to satisfy it.
+# Their other requirements are in the dev extra.
+LAPLACE_REF ?= laplace-torch==0.3 backpack-for-pytorch==1.7.1 asdfghjkl==0.1a4 curvlinops-for-pytorch==3.0.1
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[dev,bench,nuts,ray]'
+	$(BIN)/pip install -q --no-deps $(LAPLACE_REF)
 	@touch $@
 
 setup: $(VENV)/.installed
