@@ -40,7 +40,7 @@ from scipy.special import ndtri
 
 from bayesflow.evaluate.ranks import average_ranks
 
-__all__ = ["chain_diagnostics", "effective_sample_size", "nested_rhat", "split_rhat"]
+__all__ = ["chain_diagnostics", "effective_sample_size", "nested_diagnostics", "nested_rhat", "split_rhat"]
 
 
 def _draws(values: Any) -> np.ndarray:
@@ -238,4 +238,14 @@ def chain_diagnostics(summaries: Mapping[str, Any]) -> dict[str, float]:
     for name, values in summaries.items():
         result[f"rhat/{name}"] = split_rhat(values)
         result[f"ess/{name}"] = effective_sample_size(values)
+    return result
+
+
+def nested_diagnostics(summaries: Mapping[str, Any], chains_per_superchain: int) -> dict[str, float]:
+    """``nested_rhat/<name>`` of each (chains, draws) summary (:func:`nested_rhat`) and
+    ``nested_rhat_max``, the largest of them (nan ones left out; nan when all are)."""
+    result = {f"nested_rhat/{name}": nested_rhat(values, chains_per_superchain)
+              for name, values in summaries.items()}
+    finite = [value for value in result.values() if not np.isnan(value)]
+    result["nested_rhat_max"] = max(finite) if finite else float("nan")
     return result
