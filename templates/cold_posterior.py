@@ -104,7 +104,7 @@ display(Markdown(sections.flag_list(frame)))
 # ## Differences across seeds
 
 # %%
-from bayesflow.report import differences  # noqa: E402
+from bayesflow.report import differences
 
 text, by_temperature, at_best = differences.section(frame, "test_nll")
 display(Markdown(text))

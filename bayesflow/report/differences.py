@@ -191,8 +191,9 @@ def section(frame: pd.DataFrame, metric: str = "test_nll") -> tuple[str, pd.Data
     finished = frame.loc[frame["status"].astype(str) == FINISHED] if "status" in frame else frame
     if finished.groupby(["method", "temperature"])["seed"].nunique().max() < 2:
         empty = by_temperature.iloc[:0]
-        return (f"_Every cell ran one seed: no test across seeds is possible. Run several seeds "
-                f"(`seeds: [0, 1, 2]`) to tell the {name} of two methods apart from seed noise._", empty, empty)
+        text = (f"_Every cell ran one seed: no test across seeds is possible. Run several seeds "
+                f"(`seeds: [0, 1, 2]`) to tell the {name} of two methods apart from seed noise._")
+        return text, empty, empty
     text = (
         f"Is a gap in {name} between two methods larger than the seeds' noise? Each row tests "
         "method A − method B with a two-sided t-test: **paired by seed** when both finished the "
