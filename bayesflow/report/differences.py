@@ -29,7 +29,10 @@ import numpy as np
 import pandas as pd
 
 from bayesflow.evaluate.significance import ALPHA, Comparison, compare, holm
-from bayesflow.report.tables import FINISHED, best_cells, variants
+
+# _shared: the best-temperature table's test of a method that does not depend on T, so
+# both tables agree on which methods those are.
+from bayesflow.report.tables import FINISHED, _shared, best_cells, variants
 
 __all__ = ["COLUMNS", "explain", "pairs_at_best", "pairs_by_temperature", "section", "summary"]
 
@@ -46,14 +49,6 @@ def _values(rows: pd.DataFrame, metric: str) -> dict[int, float]:
     finished = rows.loc[rows["status"].astype(str) == FINISHED] if "status" in rows else rows
     numbers = pd.to_numeric(finished[metric], errors="coerce")
     return {int(seed): float(value) for seed, value in zip(finished["seed"], numbers) if np.isfinite(value)}
-
-
-def _shared(rows: pd.DataFrame) -> bool:
-    """True when a method's fits do not depend on the temperature."""
-    shared = bool((pd.to_numeric(rows["temperature"], errors="coerce") <= 0).all())
-    if "temperature_shared" in rows.columns:
-        shared |= bool(rows["temperature_shared"].fillna(False).astype(bool).all())
-    return shared
 
 
 def _number(value: float) -> str:
