@@ -4,6 +4,8 @@ noncentral t and simulation."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -150,3 +152,14 @@ def test_invalid_power_or_freedom_is_an_error() -> None:
         minimum_detectable_difference(1.0, 3, alpha=0.05, wanted=0.04)
     with pytest.raises(ValueError, match="degrees of freedom"):
         minimum_detectable_difference(1.0, 0)
+
+
+def test_the_module_and_the_report_tables_import_without_torch() -> None:
+    """The statistics and the report's tables are numpy/SciPy/pandas only: no torch."""
+    code = (
+        "import sys\n"
+        "import bayesflow.evaluate.significance, bayesflow.report.differences\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
