@@ -74,3 +74,23 @@ def test_chains_not_a_multiple_of_chains_per_start_is_a_located_spec_error(tmp_p
         (f"{path}:24:3: methods.sghmc: chains (3) must be a multiple of chains_per_start (2); "
          "change one of them")
     ]
+
+
+def test_a_vectorised_grid_groups_each_cells_chains_and_logs_nested_rhat(tmp_path: Path) -> None:
+    """``execution.vectorize``: the group stage passes each cell's chains_per_start on, so
+    each cell's record holds nested R-hat over its 2 superchains of 2 chains."""
+    import bayesflow
+    from bayesflow.stages import compute
+    from bayesflow.stages.context import WorkflowContext
+
+    spec = TINY_SPEC.replace("    chains: 2\n", "    chains: 4\n    chains_per_start: 2\n")
+    prepared = bayesflow.prepare(bayesflow.load(write(tmp_path, spec), ["execution.vectorize=true"]))
+    context = WorkflowContext(prepared.loaded, prepared.dataset)
+    stage = prepared.plan.stages["fit_group/sghmc"]
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    group = compute(context, stage, {}, staging)
+    assert len(group.fits) == 2
+    for record in group.fits:
+        assert record["diagnostics"]["nested_rhat_max"] >= 1.0
+        assert "nested_rhat/log_posterior" in record["diagnostics"]
