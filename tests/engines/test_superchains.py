@@ -76,12 +76,25 @@ def test_chains_not_a_multiple_of_chains_per_start_is_a_located_spec_error(tmp_p
     ]
 
 
-def test_a_vectorised_grid_groups_each_cells_chains_and_logs_nested_rhat(tmp_path: Path) -> None:
-    """``execution.vectorize``: the group stage passes each cell's chains_per_start on, so
-    each cell's record holds nested R-hat over its 2 superchains of 2 chains."""
+def test_a_vectorised_grid_groups_each_cells_chains_and_logs_nested_rhat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``execution.vectorize``: the group stage starts each cell's 4 chains at 2 points
+    (chain_starts with per_start 2, the starts repeated in pairs), and each cell's record
+    holds nested R-hat over its 2 superchains of 2 chains."""
     import bayesflow
+    from bayesflow.engines import sgmcmc
     from bayesflow.stages import compute
     from bayesflow.stages.context import WorkflowContext
+
+    drawn: list[torch.Tensor] = []
+
+    def recorded(*args: object, **kwargs: object) -> torch.Tensor:
+        starts = chain_starts(*args, **kwargs)  # type: ignore[arg-type]
+        drawn.append(starts)
+        return starts
+
+    monkeypatch.setattr(sgmcmc, "chain_starts", recorded)
 
     spec = TINY_SPEC.replace("    chains: 2\n", "    chains: 4\n    chains_per_start: 2\n")
     prepared = bayesflow.prepare(bayesflow.load(write(tmp_path, spec), ["execution.vectorize=true"]))
@@ -90,7 +103,10 @@ def test_a_vectorised_grid_groups_each_cells_chains_and_logs_nested_rhat(tmp_pat
     staging = tmp_path / "staging"
     staging.mkdir()
     group = compute(context, stage, {}, staging)
-    assert len(group.fits) == 2
+    assert len(group.fits) == 2 and len(drawn) == 2
+    for starts in drawn:
+        assert torch.equal(starts[0], starts[1]) and torch.equal(starts[2], starts[3])
+        assert not torch.equal(starts[0], starts[2])
     for record in group.fits:
         assert record["diagnostics"]["nested_rhat_max"] >= 1.0
         assert "nested_rhat/log_posterior" in record["diagnostics"]
