@@ -148,7 +148,8 @@ diagnostic_columns = [
 ]
 if diagnostic_columns:
     samplers = frame.dropna(subset=[diagnostic_columns[0]])
-    display(sections.styled(figures.results_table(samplers, diagnostic_columns)))
+    # "—" where a finished fit has no such number (one chain: no R-hat; no superchains: no nested R-hat)
+    display(sections.styled(sections.metric_table(samplers, diagnostic_columns)))
 else:
     display(Markdown("_No sampler diagnostics were logged (no SG-MCMC fit at T > 0)._"))
 style = "variant" if tables.variants(frame) else None

@@ -115,8 +115,13 @@ def test_shared_methods_meet_once_and_a_sweep_keeps_its_variants() -> None:
 @pytest.mark.slow
 def test_the_report_shows_the_differences_section(tmp_path: Path) -> None:
     """The default template, run by papermill and converted by nbconvert, shows both
-    tables with their sentences."""
-    folder = bundle.write(tmp_path / "bundle", noisy())
+    tables with their sentences, and nested R-hat beside the other sampler diagnostics
+    ("—" for a cell that logged none)."""
+    frame = noisy()
+    sghmc = frame["method"] == "sghmc"
+    frame.loc[sghmc, "kinetic_temperature_ratio"] = 1.0
+    frame.loc[sghmc & (frame["temperature"] == 0.1), "nested_rhat_max"] = 1.0042
+    folder = bundle.write(tmp_path / "bundle", frame)
     parameters = {"bundle": folder, "workflow": "study", "plots": [], "tracking_uri": "",
                   "spec_yaml": "name: study\n", "run_info": {}}
     report = render_report("cold_posterior", parameters, tmp_path / "out")
@@ -126,3 +131,5 @@ def test_the_report_shows_the_differences_section(tmp_path: Path) -> None:
     assert "Differences across seeds" in html and "paired by seed" in html
     assert "At each temperature." in html and "At each method's best temperature" in html
     assert "only gaps above" in html and "lower by 0.05" in html
+    diagnostics = html[html.index("Sampler diagnostics"):]
+    assert "nested_rhat_max" in diagnostics and "1.004" in diagnostics and "—" in diagnostics
