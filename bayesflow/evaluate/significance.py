@@ -9,11 +9,14 @@ means" across the seeds:
   same seeds. In bayesflow a seed fixes a fit's initial weights (the first draw of the
   fit's generator, so chain 0 of every method starts at the same point under one seed,
   and a ``from:`` method starts where its source at that seed ended) and every fit is
-  scored on the same test split (``data.split_seed`` is not the fit's seed); the minibatch
-  orders and noise are the seed's too, though methods draw them in different numbers. The
-  seed is then the experimental unit: the differences dₛ = aₛ − bₛ are independent across
-  seeds whatever the correlation inside a pair, so the paired test is valid, and it is the
-  stronger test when a seed's start moves both methods alike.
+  scored on the same test split (``data.split_seed`` is not the fit's seed). The minibatch
+  orders and noise are drawn after the starts, in numbers that differ between methods
+  (and in a vectorised grid from the group's generator), so two methods share their start
+  under a seed, not their minibatch orders. The seed is the experimental unit: the
+  differences dₛ = aₛ − bₛ are independent across seeds whatever the correlation inside a
+  pair, so the paired test is valid (with uncorrelated pairs it only loses degrees of
+  freedom against Welch's), and it is the stronger test when a seed's start moves both
+  methods alike.
 - **unpaired** (:func:`welch_test`, Welch's t-test, ``ttest_ind(equal_var=False)``): when
   the cells' seeds differ (a fit failed at one seed and not the other).
 
