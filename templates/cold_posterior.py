@@ -100,6 +100,23 @@ if not drawable:
 display(sections.styled(figures.results_table(frame, metrics)))
 display(Markdown(sections.flag_list(frame)))
 
+# %% [markdown]
+# ## Differences across seeds
+
+# %%
+from bayesflow.report import differences
+
+text, by_temperature, at_best = differences.section(frame, "test_nll")
+display(Markdown(text))
+if not by_temperature.empty:
+    display(Markdown("**At each temperature.** " + sections.escape(differences.summary(by_temperature))))
+    display(sections.styled(by_temperature))
+if not at_best.empty:
+    display(Markdown("**At each method's best temperature** (those of the best-temperature table; "
+                     "a choice made on the test split makes these gaps optimistic). "
+                     + sections.escape(differences.summary(at_best))))
+    display(sections.styled(at_best))
+
 # %%
 # Along the swept keys: only for a sweep over spec keys (`bayesflow run spec.yaml -m ...`).
 text, by_variant = sections.swept_keys(frame)
@@ -115,7 +132,9 @@ if not by_variant.empty:
 # parameters, each as a ratio to the temperature the sampler should have (Wenzel et al.,
 # 2020, Section 4; 1 is right), the share of parameter tensors whose kinetic temperature
 # lies in its 99% $\chi^2$ interval, and, for several chains that keep every sample, split
-# R-hat and the effective sample size of the log posterior (approximate for SG-MCMC).
+# R-hat and the effective sample size of the log posterior (approximate for SG-MCMC);
+# for chains grouped in superchains that share a start (`chains_per_start`), nested R-hat
+# (Margossian et al., 2024; below 1.01 the superchains agree).
 # Below, per epoch: the training loss (negative per-datum log posterior), the kinetic
 # temperature ratio and, for a schedule that varies it, the step size.
 
@@ -124,11 +143,13 @@ diagnostic_columns = [
     column for column in [
         "kinetic_temperature_ratio", "kinetic_temperature_fraction_inside",
         "configurational_temperature_ratio", "rhat/log_posterior", "ess/log_posterior",
+        "nested_rhat/log_posterior", "nested_rhat_max",
     ] if column in frame.columns
 ]
 if diagnostic_columns:
     samplers = frame.dropna(subset=[diagnostic_columns[0]])
-    display(sections.styled(figures.results_table(samplers, diagnostic_columns)))
+    # "—" where a finished fit has no such number (one chain: no R-hat; no superchains: no nested R-hat)
+    display(sections.styled(sections.metric_table(samplers, diagnostic_columns)))
 else:
     display(Markdown("_No sampler diagnostics were logged (no SG-MCMC fit at T > 0)._"))
 style = "variant" if tables.variants(frame) else None

@@ -52,7 +52,8 @@ their update rule. :func:`build_chains` binds the rest once, from the method's s
 (the fit stage's, seeded by the run's seed; a ``fit_group`` starts each cell's chains
 from a generator seeded by the cell's seed and then draws from the group's), in this order:
 
-1. ``init``: chains 1…K−1's starting points, ``problem.init_params(generator)`` each (one
+1. ``init``: chains 1…K−1's starting points, ``problem.init_params(generator)`` each
+   (with ``chains_per_start`` M: K/M − 1 draws, each start shared by M chains) (one
    integer from the generator reseeds torch's CPU generator, then the model's
    ``reset_parameters`` run in module order: see docs/design.md for the plain-torch
    recipe); then the initial momenta, one ``randn((K, d))`` (none at T = 0, none for SGLD);
@@ -108,13 +109,14 @@ def standard_normal(shape: tuple[int, ...], like: Tensor, generator: torch.Gener
 
 
 def chain_starts(
-    problem: Problem, params: Tensor, chains: int, generator: torch.Generator
+    problem: Problem, params: Tensor, chains: int, generator: torch.Generator, per_start: int = 1
 ) -> Tensor:
-    """K starting points (K, d): ``params`` first, then ``problem.init_params`` draws."""
+    """K starting points (K, d): ``params`` first, then ``problem.init_params`` draws; with
+    ``per_start`` M > 1, K/M points (K/M − 1 draws), each repeated for M consecutive chains."""
     starts = [params.detach()] + [
-        problem.init_params(generator).to(params) for _ in range(chains - 1)
+        problem.init_params(generator).to(params) for _ in range(chains // per_start - 1)
     ]
-    return torch.stack(starts)
+    return torch.stack(starts).repeat_interleave(per_start, dim=0)
 
 
 def build_step_size(lr: float, spec: SamplerScheduleSpec, total_steps: int) -> StepSize:
@@ -179,7 +181,8 @@ class Chains:
         """The K chains' starting points (K, d): from ``params`` (d,) as the module doc
         says, or ``params`` itself when it already holds K starting points (K, d)."""
         if params.dim() == 1:
-            return chain_starts(self.problem, params, self.count, generator)
+            per_start = getattr(self.config, "chains_per_start", 1)
+            return chain_starts(self.problem, params, self.count, generator, per_start)
         expected = (self.count, self.problem.dimension)
         if tuple(params.shape) != expected:
             raise ValueError(

@@ -83,6 +83,10 @@ CONVENTIONS: dict[str, str] = {
     "summary as rhat/<name>; approximate for SG-MCMC",
     "ess": "bulk effective sample size of the rank-normalised split chains (Vehtari et al. "
     "2021, Geyer initial monotone sequence), per summary as ess/<name>; approximate for SG-MCMC",
+    "nested_rhat": "nested R-hat of superchains, chains sharing a start (chains_per_start; "
+    "Margossian et al. 2024): sqrt(1 + B/W), B the variance of superchain means, W the mean "
+    "within-superchain variance; per summary as nested_rhat/<name>; no split, no rank normalisation",
+    "nested_rhat_max": "largest nested_rhat/<name> of the fit",
     # -------------------------------------------------------- prior predictive
     "prior_majority_fraction": "mean over prior draws of the fraction of inputs assigned "
     "(argmax) to that draw's most frequent class",

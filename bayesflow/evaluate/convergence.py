@@ -17,6 +17,9 @@ both against ArviZ to 1e-6:
   by Geyer's initial positive sequence and made monotone, exactly as Stan and ArviZ do
   it (:func:`_autocorrelation_time`).
 
+:func:`nested_rhat` is the R̂ of chains grouped into superchains that share a starting
+point (Margossian et al. 2024): the paper's plain form, for many short chains.
+
 Where ArviZ returns ``nan`` bayesflow does too (a NaN draw), with two exceptions: fewer
 than 4 draws per chain is an error, and one chain gets the R̂ of its two halves (ArviZ
 asks for two chains). A constant summary has R̂ ``nan`` and, as in ArviZ, an ESS equal
@@ -37,7 +40,7 @@ from scipy.special import ndtri
 
 from bayesflow.evaluate.ranks import average_ranks
 
-__all__ = ["chain_diagnostics", "effective_sample_size", "split_rhat"]
+__all__ = ["chain_diagnostics", "effective_sample_size", "nested_diagnostics", "nested_rhat", "split_rhat"]
 
 
 def _draws(values: Any) -> np.ndarray:
@@ -170,6 +173,60 @@ def effective_sample_size(values: Any) -> float:
     return _ess(_rank_normalise(_split(draws)))
 
 
+def nested_rhat(values: Any, chains_per_superchain: int) -> float:
+    """Nested R̂ of K superchains of M chains each (Margossian, Hoffman, Sountsov,
+    Riou-Durand, Vehtari & Gelman, "Nested R-hat: assessing the convergence of Markov chain
+    Monte Carlo when running many short chains", Bayesian Analysis 2024,
+    https://arxiv.org/abs/2110.13017, eqs. 15-19).
+
+    A superchain is a group of chains started from one point; chains ``k·M … (k+1)·M − 1``
+    form superchain k. With θ̄.ₘₖ chain m's mean, θ̄..ₖ superchain k's, θ̄... their mean
+    and N draws per chain::
+
+        B̂ = 1/(K−1) Σₖ (θ̄..ₖ − θ̄...)²                 between superchains
+        B̃ₖ = 1/(M−1) Σₘ (θ̄.ₘₖ − θ̄..ₖ)²               between chains of k (0 when M = 1)
+        W̃ₖ = 1/M Σₘ 1/(N−1) Σₙ (θₙₘₖ − θ̄.ₘₖ)²         within chains of k (0 when N = 1)
+        Ŵ = 1/K Σₖ (B̃ₖ + W̃ₖ),   nR̂ = √(1 + B̂ / Ŵ)
+
+    Unlike :func:`split_rhat` the draws are neither split nor rank-normalised (the paper's
+    definition), and a chain may hold one draw (N = 1: the last states of K·M short chains,
+    parallel SGHMC with ``keep: last``). With one chain per superchain (M = 1) it is the
+    classic R̂ without the (N − 1)/N factor: nR̂² = R̂² + 1/N. Margossian et al. read nR̂
+    below 1.01 as the superchains agreeing.
+
+    Args:
+        values: (chains, draws) of one scalar summary, chains grouped by superchain.
+        chains_per_superchain: M ≥ 1; the number of chains must be a multiple K·M with
+            K ≥ 2.
+
+    Returns:
+        nR̂ ≥ 1; ``nan`` when a draw is NaN or every draw is equal, ``inf`` when every
+        superchain is constant but they differ.
+    """
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().numpy()
+    draws = np.asarray(values, dtype=np.float64)
+    per = int(chains_per_superchain)
+    if draws.ndim != 2 or draws.shape[1] < 1 or per < 1 or draws.shape[0] % per or draws.shape[0] < 2 * per:
+        raise ValueError(
+            f"expected (chains, draws) with at least two superchains of {chains_per_superchain} "
+            f"chains each, got {draws.shape}"
+        )
+    if np.isnan(draws).any():
+        return float("nan")
+    length = draws.shape[1]
+    grouped = draws.reshape(-1, per, length)  # (K, M, N)
+    chain_means = grouped.mean(axis=2)
+    between = chain_means.mean(axis=1).var(ddof=1)
+    inside = chain_means.var(axis=1, ddof=1) if per > 1 else np.zeros(grouped.shape[0])
+    if length > 1:
+        inside = inside + grouped.var(axis=2, ddof=1).mean(axis=1)
+    within = inside.mean()
+    if within == 0:
+        return float("nan") if between == 0 else float("inf")
+    return float(np.sqrt(1.0 + between / within))
+
+
 def chain_diagnostics(summaries: Mapping[str, Any]) -> dict[str, float]:
     """``rhat/<name>`` and ``ess/<name>`` of each (chains, draws) summary.
 
@@ -181,4 +238,14 @@ def chain_diagnostics(summaries: Mapping[str, Any]) -> dict[str, float]:
     for name, values in summaries.items():
         result[f"rhat/{name}"] = split_rhat(values)
         result[f"ess/{name}"] = effective_sample_size(values)
+    return result
+
+
+def nested_diagnostics(summaries: Mapping[str, Any], chains_per_superchain: int) -> dict[str, float]:
+    """``nested_rhat/<name>`` of each (chains, draws) summary (:func:`nested_rhat`) and
+    ``nested_rhat_max``, the largest of them (nan ones left out; nan when all are)."""
+    result = {f"nested_rhat/{name}": nested_rhat(values, chains_per_superchain)
+              for name, values in summaries.items()}
+    finite = [value for value in result.values() if not np.isnan(value)]
+    result["nested_rhat_max"] = max(finite) if finite else float("nan")
     return result

@@ -8,6 +8,8 @@
 - Across chains (``chains > 1`` and ``keep: all``): split R-hat and bulk ESS of the
   per-datum log posterior and of the first few coordinates. They are approximate for
   SG-MCMC, whose stationary law is only close to the target.
+- Across superchains (``chains_per_start`` > 1, at least two starts, any ``keep``): nested
+  R-hat of the same summaries (Margossian et al., 2024), and its maximum.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch import Tensor
 from torch.func import grad, vmap
 
 from bayesflow.engines.base import Posterior, Problem
-from bayesflow.evaluate.convergence import chain_diagnostics
+from bayesflow.evaluate.convergence import chain_diagnostics, nested_diagnostics
 from bayesflow.evaluate.temperatures import configurational_temperature, kinetic_temperature
 from bayesflow.temperature import Tempering
 
@@ -47,8 +49,15 @@ def sampler_diagnostics(
     inputs: Tensor,
     targets: Tensor,
     max_points: int = 512,
+    chains_per_start: int = 1,
 ) -> dict[str, float]:
-    """Metrics of a sampler's final state and samples; empty for non-samplers or T = 0."""
+    """Metrics of a sampler's final state and samples; empty for non-samplers or T = 0.
+
+    ``chains`` is the number of chains whose draws ``posterior.samples`` holds (each
+    chain's contiguous); ``chains_per_start`` M > 1 groups them into superchains of M
+    (chains sharing a starting point), for nested R-hat, which needs only one draw per
+    chain (``keep: last``).
+    """
     momenta = getattr(state, "momenta", None)
     params = getattr(state, "params", None)
     if momenta is None or params is None or tempering.per_datum <= 0:
@@ -71,13 +80,17 @@ def sampler_diagnostics(
         expected=tempering.per_datum,
     ).metrics())
     samples = posterior.samples
-    if samples is not None and chains > 1 and samples.shape[0] >= 4 * chains:
-        draws = samples.shape[0] // chains
+    draws = 0 if samples is None else samples.shape[0] // chains
+    superchains = chains // chains_per_start
+    if samples is not None and chains > 1 and (draws >= 4 or (chains_per_start > 1 and superchains >= 2)):
         per_chain = samples[: draws * chains].reshape(chains, draws, -1)
         with torch.no_grad():
             values = vmap(vmap(log_posterior))(per_chain)
         summaries = {"log_posterior": values.cpu().numpy()}
         for index in range(min(TRACKED_COORDINATES, per_chain.shape[-1])):
             summaries[f"theta_{index}"] = per_chain[..., index].cpu().numpy()
-        metrics.update(chain_diagnostics(summaries))
+        if draws >= 4:
+            metrics.update(chain_diagnostics(summaries))
+        if chains_per_start > 1 and superchains >= 2:
+            metrics.update(nested_diagnostics(summaries, chains_per_start))
     return {name: float(value) for name, value in metrics.items() if np.isfinite(value)}

@@ -251,6 +251,13 @@ class SamplerBase(MethodBase):
     burn_in: int = Field(0, ge=0, description="Update steps discarded before collecting.")
     thin: PositiveInt = Field(1, description="Keep one sample every `thin` steps after burn-in.")
     chains: PositiveInt = Field(1, description="Number of chains run at once (vectorised).")
+    chains_per_start: PositiveInt = Field(
+        1,
+        description="Chains that start from one point (a superchain): `chains` is then "
+        "`chains / chains_per_start` starting points, each shared by that many chains, which "
+        "differ by their noise and minibatches; the fit logs nested R-hat over the superchains "
+        "(Margossian et al., 2024). 1: every chain starts from its own draw.",
+    )
     minibatches: Minibatches = Field("independent", description=MINIBATCHES_DESCRIPTION)
     compile: bool = Field(False, description=COMPILE_DESCRIPTION)
     keep: Literal["all", "last"] = Field(
@@ -258,3 +265,12 @@ class SamplerBase(MethodBase):
         description="Keep every thinned sample of each chain, or only each chain's last "
         "(with sghmc: parallel SGHMC, the Bayesian deep ensemble).",
     )
+
+    @model_validator(mode="after")
+    def _superchains_divide_chains(self) -> SamplerBase:
+        if self.chains % self.chains_per_start:
+            raise ValueError(
+                f"chains ({self.chains}) must be a multiple of chains_per_start "
+                f"({self.chains_per_start}); change one of them"
+            )
+        return self

@@ -61,6 +61,7 @@ SUMMARY_DIAGNOSTICS = frozenset({
     "kinetic_temperature", "kinetic_temperature_ratio", "kinetic_temperature_fraction_inside",
     "configurational_temperature", "configurational_temperature_ratio",
     "rhat/log_posterior", "ess/log_posterior",
+    "nested_rhat/log_posterior", "nested_rhat_max",
 })
 
 

@@ -94,9 +94,9 @@ def _fit(
     if context.spec.evaluate.diagnostics:
         from bayesflow.evaluate.sampler import sampler_diagnostics
 
-        chains = getattr(config, "chains", 1) if getattr(config, "keep", "all") == "all" else 1
         diagnostics = sampler_diagnostics(
-            problem, tempering, result.state, result.posterior, chains, x_train, y_train
+            problem, tempering, result.state, result.posterior, getattr(config, "chains", 1),
+            x_train, y_train, chains_per_start=getattr(config, "chains_per_start", 1),
         )
     posterior = result.posterior if embed is None else embed(result.posterior)
     path = staging / POSTERIOR_FILE

@@ -46,12 +46,13 @@ def fit_group(context: WorkflowContext, stage: Stage, staging: Path) -> FitGroup
     if "temperatures" not in traits_of(config).vectorizes:
         raise StageError(f"{stage.name}: method {stage.engine} cannot run as a vectorised grid")
     per_cell = config.chains
+    per_start = getattr(config, "chains_per_start", 1)
     problem, _, _ = context.problem(stage)
     starts = []
     for cell in cells:
         generator = context.generator(problem.device, int(cell["seed"]))
         params = problem.init_params(generator)
-        starts.append(chain_starts(problem, params, per_cell, generator))
+        starts.append(chain_starts(problem, params, per_cell, generator, per_start))
     temperatures = tuple(float(cell["temperature"]) for cell in cells for _ in range(per_cell))
     tempering = ChainTempering(temperatures, problem.num_data, spec.temperature_convention)
     engine = method_of(config).builder()(problem, tempering, config)
@@ -94,10 +95,9 @@ def fit_group(context: WorkflowContext, stage: Stage, staging: Path) -> FitGroup
         paths.append(path)
         diagnostics = {}
         if spec.evaluate.diagnostics:
-            chains = per_cell if config.keep == "all" else 1
             diagnostics = _cell_diagnostics(
                 context, problem, result.state, posterior, slice(index * per_cell, (index + 1) * per_cell),
-                chains, float(cell["temperature"]), (x_train, y_train),
+                (per_cell, per_start), float(cell["temperature"]), (x_train, y_train),
             )
         fits.append({
             "fit_seconds": seconds / len(cells),
@@ -110,10 +110,10 @@ def fit_group(context: WorkflowContext, stage: Stage, staging: Path) -> FitGroup
 
 def _cell_diagnostics(
     context: WorkflowContext, problem: Any, state: Any, posterior: Any, rows: slice,
-    chains: int, temperature: float, data: tuple[Any, Any],
+    chains: tuple[int, int], temperature: float, data: tuple[Any, Any],
 ) -> dict[str, float]:
-    """The sampler diagnostics of one cell's chains (``rows`` of the group's state) at
-    the cell's own temperature."""
+    """The sampler diagnostics of one cell's chains (``rows`` of the group's state; ``chains``
+    their count and how many share a start) at the cell's own temperature."""
     from bayesflow.evaluate.sampler import sampler_diagnostics
     from bayesflow.temperature import Tempering
 
@@ -123,4 +123,6 @@ def _cell_diagnostics(
         mass=None if mass is None else mass[rows],  # a sampler with a mass matrix M
     )
     tempering = Tempering(temperature, problem.num_data, context.spec.temperature_convention)
-    return sampler_diagnostics(problem, tempering, cell_state, posterior, chains, *data)
+    return sampler_diagnostics(
+        problem, tempering, cell_state, posterior, chains[0], *data, chains_per_start=chains[1]
+    )
