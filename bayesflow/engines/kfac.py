@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as functional
 from torch import Tensor, nn
+from torch.nn import functional
 
 from bayesflow.engines.base import Batch, Problem
 from bayesflow.engines.kronecker import KroneckerBlock, KroneckerCovariance
@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 FactorKind = Literal["ggn", "fisher"]
-LAYER_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d)
 
 
 @dataclass(frozen=True)
@@ -73,18 +72,14 @@ class KfacLayer:
             convolution's in is channels × kernel height × kernel width), or None when it
             is held fixed.
         bias: (out, 1) positions of the bias, or None when absent or fixed.
+        shape: (out, in) of the weight matrix.
     """
 
     name: str
-    module: nn.Module
+    module: nn.Linear | nn.Conv2d
     weight: Tensor | None
     bias: Tensor | None
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(out, in) of the weight matrix."""
-        weight = self.module.weight
-        return weight.shape[0], weight[0].numel()
+    shape: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -134,7 +129,7 @@ def kfac_layers(problem: Problem, engine: str) -> Layers:
 
     layers, covered = [], set()
     for layer_name, child in module.named_modules():
-        if not isinstance(child, LAYER_TYPES):
+        if not isinstance(child, (nn.Linear, nn.Conv2d)):
             continue
         out = child.weight.shape[0]
         weight_name, weight = positions(child.weight, out)
@@ -143,7 +138,7 @@ def kfac_layers(problem: Problem, engine: str) -> Layers:
             continue
         check_layer(engine, layer_name, child)
         covered |= {weight_name, bias_name}
-        layers.append(KfacLayer(layer_name, child, weight, bias))
+        layers.append(KfacLayer(layer_name, child, weight, bias, (out, child.weight[0].numel())))
     missing = [name for name in problem.param_names if name not in covered]
     if missing:
         raise StageError(

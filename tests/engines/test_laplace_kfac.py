@@ -237,7 +237,7 @@ def test_one_output_fisher_is_the_kronecker_formula(
 ) -> None:
     """The KFAC empirical Fisher of a one-output linear regression is
     ``(Σ rᵢ²/σ⁴) · XᵀX / N`` (G is 1 × 1), tempered as every Laplace."""
-    problem, inputs, targets = regression
+    _, inputs, targets = regression
     mean = exact(inputs, targets, 1.0, "posterior").mean
     residuals = targets - inputs @ mean
     fisher = (residuals**2).sum() / NOISE_SD**4 * inputs.T @ inputs / inputs.shape[0]
@@ -300,7 +300,8 @@ def test_refuses_parameters_outside_linear_and_convolution_layers() -> None:
     problem = build_problem(model, categorical(), diag_normal(PRIOR), NUM_DATA)
     with pytest.raises(StageError, match=r"\['1.weight', '1.bias'\].*parameters: \[...\]"):
         fit_kfac("laplace_kfac_ggn", problem, (torch.zeros(2, 4), torch.zeros(2)), torch.zeros(3))
-    subset, embedding = restrict_problem(problem, torch.zeros(problem.dimension), ["2.*"])
+    # The last layer alone is covered.
+    subset, _ = restrict_problem(problem, torch.zeros(problem.dimension), ["2.*"])
     spec = METHODS.get("laplace_kfac_ggn").spec.model_validate({"engine": "laplace_kfac_ggn"})
     METHODS.get("laplace_kfac_ggn").builder()(subset, Tempering(1.0, NUM_DATA), spec)
 
