@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from torch.nn import functional
 
 from bayesflow.engines.base import Batch, Problem
+from bayesflow.engines.curvature import hessian_roots
 from bayesflow.engines.kronecker import KroneckerBlock, KroneckerCovariance
 from bayesflow.errors import StageError
 
@@ -258,8 +259,6 @@ def _output_gradients(
     if kind == "fisher":
         log_likelihood = problem.log_likelihood(outputs, targets).sum()
         return [torch.autograd.grad(log_likelihood, layer_outputs)]
-    from bayesflow.engines.curvature import hessian_roots
-
     roots = hessian_roots(problem.output_hessian(outputs.detach()))
     count = roots.shape[-1]
     return [
