@@ -116,8 +116,15 @@ def kfac_layers(problem: Problem, engine: str) -> Layers:
     if embedding is not None:  # full position -> position in the subset vector, or -1
         own = torch.full((full.dimension,), -1, dtype=torch.long)
         own[embedding.index.cpu()] = torch.arange(problem.dimension)
+    named = list(module.named_parameters())
+    if tuple(name for name, _ in named) != full.param_names:
+        raise StageError(
+            f"{engine}: the model's parameter tensors are not the problem's flat vector, in "
+            "order (frozen or extra tensors), so its layers cannot be located; use a "
+            "diagonal Laplace"
+        )
     offsets, position = {}, 0
-    for name, value in module.named_parameters():
+    for name, value in named:
         offsets[id(value)] = (name, position)
         position += value.numel()
 
