@@ -105,7 +105,8 @@ class Embedding:
             return dataclasses.replace(posterior, mean=mean, cov=cov)
         assert posterior.var is not None
         var = self.fill(posterior.var, torch.zeros_like(self.fixed))
-        return dataclasses.replace(posterior, mean=mean, var=var)
+        kronecker = None if posterior.kronecker is None else posterior.kronecker.embed(self.index)
+        return dataclasses.replace(posterior, mean=mean, var=var, kronecker=kronecker)
 
 
 def restrict_problem(
@@ -135,6 +136,9 @@ def restrict_problem(
 
     def forward(params: Tensor, inputs: Tensor) -> Tensor:
         return problem.forward(embedding.fill(params), inputs)
+
+    # What a layer-wise method (KFAC, bayesflow.engines.kfac) reads to find the layers.
+    forward.restricted = (problem, embedding)  # type: ignore[attr-defined]
 
     def log_prior(params: Tensor) -> Tensor:
         return problem.log_prior(embedding.fill(params))

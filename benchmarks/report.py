@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kfac.table import kfac_section
 from benchmarks.tables import (
     digits_section,
     grids_section,
@@ -239,6 +240,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("digits", digits_section),
         ("grids", grids_section),
         ("workflow", workflow_section),
+        ("kfac", kfac_section),
     ]
     for key, render in sections:
         if key in results:

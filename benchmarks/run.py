@@ -59,11 +59,18 @@ def _workflow(settings: Settings) -> dict[str, Any]:
     return workflow.run(settings)
 
 
+def _kfac(settings: Settings) -> dict[str, Any]:
+    from benchmarks.kfac import case
+
+    return case.run(settings)
+
+
 CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {
     "pima": _pima,
     "digits": _digits,
     "grids": _grids,
     "workflow": _workflow,
+    "kfac": _kfac,
 }
 
 

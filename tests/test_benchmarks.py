@@ -161,3 +161,14 @@ def test_timing_tracker_delegates_and_counts() -> None:
     assert tracker.get_run(run_id).metrics == {"loss": 1.0}
     assert tracker.uri == "memory://"
     assert tracker.calls["start_run"] == 1 and tracker.total >= 0
+
+
+def test_smoke_kfac_rows_agree_with_laplace_torch(smoke: tuple[dict[str, Any], Path]) -> None:
+    """The KFAC rows time both libraries, whose Kronecker factors agree."""
+    rows = smoke[0]["kfac"]["rows"]
+    assert {row["method"] for row in rows} == {"laplace_kfac_ggn", "laplace_kfac_fisher"}
+    for row in rows:
+        assert positive(row["timings"]["bayesflow"]["median_s"]), row
+        assert positive(row["timings"]["laplace_torch"]["median_s"]), row
+        # float32 sums over 898 examples in two orders: agreement to about 1e-6.
+        assert row["factor_difference"] < 1e-4, row

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 from torch.func import jvp, vmap
 
+from bayesflow.engines.kronecker import KroneckerCovariance
 from bayesflow.errors import StageError
 
 __all__ = [
@@ -113,13 +114,17 @@ class Posterior:
     """A posterior in flat parameter space, as saved in ``posterior/posterior.npz``.
 
     Exactly one form is set: ``samples`` (S, d); or ``mean`` (d,) with ``var`` (d,) or
-    ``cov`` (d, d). A point estimate (MAP, MLE) is ``mean`` with ``var`` of zeros.
+    ``cov`` (d, d). A point estimate (MAP, MLE) is ``mean`` with ``var`` of zeros. A
+    Kronecker-factored Gaussian (KFAC Laplace) has ``mean``, ``var`` (its exact marginal
+    variances) and ``kronecker``, its covariance, which draws use
+    (:mod:`bayesflow.engines.kronecker`).
     """
 
     samples: Tensor | None = None
     mean: Tensor | None = None
     var: Tensor | None = None
     cov: Tensor | None = None
+    kronecker: KroneckerCovariance | None = None
 
     @property
     def kind(self) -> str:
@@ -143,6 +148,8 @@ class Posterior:
         ).to(self.mean.device)
         if self.cov is not None:
             return self.mean + noise @ covariance_root(self.cov).T
+        if self.kronecker is not None:
+            return self.mean + self.kronecker.deviations(noise)
         assert self.var is not None
         return self.mean + noise * self.var.sqrt()
 
@@ -158,6 +165,8 @@ class Posterior:
             value = getattr(self, name)
             if value is not None:
                 arrays[name] = value.detach().cpu().numpy()
+        if self.kronecker is not None:
+            arrays.update(self.kronecker.to_arrays())
         return arrays
 
     @classmethod
@@ -168,7 +177,7 @@ class Posterior:
             for name in ("samples", "mean", "var", "cov")
             if name in arrays
         }
-        return cls(**values)
+        return cls(**values, kronecker=KroneckerCovariance.from_arrays(arrays))
 
 
 def covariance_root(cov: Tensor) -> Tensor:

@@ -39,6 +39,7 @@ __all__ = [
     "diagonal_ggn",
     "example_gradients",
     "gradient_chunks",
+    "hessian_roots",
     "log_likelihood_gradient",
 ]
 
@@ -108,10 +109,15 @@ def scaled_jacobians(problem: Problem, params: Tensor, inputs: Tensor, fixed: in
     for start in range(0, inputs.shape[0], chunk):
         piece = inputs[start : start + chunk]
         with torch.no_grad():
-            hessians = problem.output_hessian(problem.forward(params, piece))
-        eigenvalues, eigenvectors = torch.linalg.eigh(hessians)
-        roots = eigenvectors * eigenvalues.clamp(min=0).sqrt().unsqueeze(-2)
+            roots = hessian_roots(problem.output_hessian(problem.forward(params, piece)))
         yield products(params, piece, roots)
+
+
+def hessian_roots(hessians: Tensor) -> Tensor:
+    """``Lᵢ`` (n, k, k) with ``Lᵢ Lᵢᵀ = Hᵢ`` for output Hessians (n, k, k), from their
+    eigendecomposition (they are only positive semi-definite; rounding below 0 is clamped)."""
+    eigenvalues, eigenvectors = torch.linalg.eigh(hessians)
+    return eigenvectors * eigenvalues.clamp(min=0).sqrt().unsqueeze(-2)
 
 
 def diagonal_ggn(problem: Problem, params: Tensor, batch: Batch) -> Tensor:

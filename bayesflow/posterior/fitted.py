@@ -288,6 +288,8 @@ class FittedPosterior:
                     "coordinates, so it has no density; use sample()"
                 ) from exc
             scores = density.log_prob(values[..., free])
+        elif self.posterior.kronecker is not None:  # KFAC Laplace: block by block
+            scores = self.posterior.kronecker.log_density(values - mean)
         else:
             scores = Normal(mean[free], spread[free].sqrt()).log_prob(values[..., free]).sum(-1)
         fixed = ~free

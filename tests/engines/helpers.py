@@ -154,6 +154,8 @@ SMALL_CONFIGS: dict[str, dict[str, Any]] = {
     "laplace_dense_fisher": {"batch_size": 8},
     "laplace_dense_ggn": {"batch_size": 8},
     "laplace_dense_hessian": {"batch_size": 8},
+    "laplace_kfac_ggn": {"batch_size": 8},
+    "laplace_kfac_fisher": {"batch_size": 8},
     "vi_diag": {"epochs": 2, "batch_size": 8, "n_samples": 2},
     "vi_dense": {"epochs": 2, "batch_size": 8, "n_samples": 2},
     "ekf_diag_fisher": {"epochs": 2, "batch_size": 8},

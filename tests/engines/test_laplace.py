@@ -132,5 +132,5 @@ def test_laplace_methods_need_a_mode_in_the_spec() -> None:
     """Every Laplace method's traits say it needs a mode (``from:``) and shares a curvature."""
     needing = {method.name for method in METHODS if method.traits.needs_mode}
     assert needing == {name for name in METHODS.names() if name.startswith("laplace")}
-    assert len(needing) == 5
+    assert len(needing) == 7  # diag and dense (5), KFAC (2)
     assert all(METHODS.get(name).traits.curvature for name in needing)

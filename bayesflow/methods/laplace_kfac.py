@@ -1,0 +1,129 @@
+"""Kronecker-factored (KFAC) Laplace approximations around a mode, two curvatures.
+
+Around a mode θ* (``from:`` a MAP or MLE method) each layer's block of the curvature is a
+Kronecker product (:mod:`bayesflow.engines.kfac`)::
+
+    C_W ≈ G ⊗ A   (a weight, out × in),    C_b = G   (its bias)
+    Λ = C + c · δ                          (full-data precision, δ the tensor's prior precision)
+    q(θ) = N(θ*, T · Λ⁻¹)                  (block diagonal over the layers' tensors)
+
+- ``laplace_kfac_ggn``: G from the generalised Gauss-Newton matrix, exactly (one backward
+  pass per output of the network, not Monte Carlo sampled);
+- ``laplace_kfac_fisher``: G from the per-example gradients of the log likelihood (the
+  empirical Fisher).
+
+References: KFAC (Martens & Grosse, 2015, https://arxiv.org/abs/1503.05671); the Kronecker
+Laplace (Ritter et al., 2018, https://openreview.net/forum?id=Skdvd2xAZ); laplace-torch
+(Daxberger et al., 2021, https://arxiv.org/abs/2106.14806), whose ``hessian_structure=
+"kron"`` is the same approximation (checked in ``tests/engines/test_laplace_kfac.py``).
+
+The covariance is never formed: the eigendecompositions of A and G give draws, the exact
+marginal variances (the posterior's ``var``) and the log density
+(:mod:`bayesflow.engines.kronecker`); ``posterior.npz`` stores the eigenbases beside
+``mean`` and ``var``. With ``parameters:`` (for example ``["fc.*"]``) it is a last-layer
+KFAC Laplace. Every inferred tensor must be the weight or bias of an ``nn.Linear`` or
+``nn.Conv2d`` (no diagonal fallback: the engine refuses the others and says how to leave
+them out), and the prior must have one precision per tensor.
+
+Temperature as every Laplace method (:mod:`bayesflow.methods.laplace`): covariance
+``T · Λ⁻¹`` with ``c = tempering.prior_weight``; ``T = 0`` is a point mass at θ*; the
+curvature (the sums ``Σ aaᵀ``, G and the row counts) does not depend on T, so one pass
+per seed serves every temperature. ``log det Λ`` is
+:func:`bayesflow.engines.kfac.log_det_precision`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from bayesflow.methods.laplace import LaplaceBase, _laplace
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from bayesflow.engines.base import Batch, Engine, Posterior, Problem
+    from bayesflow.engines.kfac import FactorKind
+    from bayesflow.methods.laplace import LaplaceState
+    from bayesflow.temperature import Tempering
+
+__all__ = ["METHODS", "LaplaceKfacFisherSpec", "LaplaceKfacGGNSpec", "build_kfac"]
+
+
+class LaplaceKfacGGNSpec(LaplaceBase):
+    """Kronecker-factored Laplace with the generalised Gauss-Newton curvature, around `from`."""
+
+    engine: Literal["laplace_kfac_ggn"] = Field(description="Registry name of the engine.")
+
+
+class LaplaceKfacFisherSpec(LaplaceBase):
+    """Kronecker-factored Laplace with the empirical Fisher curvature, around `from`."""
+
+    engine: Literal["laplace_kfac_fisher"] = Field(description="Registry name of the engine.")
+
+
+def build_kfac(
+    name: str, kind: FactorKind, problem: Problem, tempering: Tempering, config: LaplaceBase
+) -> Engine:
+    """A KFAC Laplace engine ``N(θ*, T · (G ⊗ A + c·δ)⁻¹)`` layer by layer.
+
+    Raises:
+        StageError: a parameter tensor is not in a Linear or Conv2d layer, or the prior's
+            precision varies within a tensor.
+    """
+    import torch
+
+    from bayesflow.engines.base import Engine, Posterior
+    from bayesflow.engines.kfac import (
+        accumulate_factors,
+        check_prior,
+        factor_size,
+        kfac_layers,
+        kronecker_posterior,
+    )
+    from bayesflow.methods.laplace import LaplaceState
+
+    layers = kfac_layers(problem, name)
+    size = factor_size(layers)
+    temperature, prior_weight = tempering.temperature, tempering.prior_weight
+    check_prior(problem, layers)  # at build, not after a curvature pass
+
+    def init(params: Tensor, generator: torch.Generator) -> LaplaceState:
+        # Deterministic: the generator is unused.
+        params = params.detach().clone()
+        return LaplaceState(params, params.new_zeros(size))
+
+    def update(state: LaplaceState, batch: Batch) -> tuple[LaplaceState, dict[str, Tensor]]:
+        total = state.curvature + accumulate_factors(problem, layers, state.params, batch, kind)
+        with torch.no_grad():
+            loss = -problem.log_posterior(state.params, batch, prior_weight=prior_weight)
+        return LaplaceState(state.params, total), {"loss": loss}
+
+    def posterior(state: LaplaceState) -> Posterior:
+        if temperature == 0:
+            return Posterior(mean=state.params, var=torch.zeros_like(state.params))
+        kronecker = kronecker_posterior(
+            name, problem, layers, state.curvature, temperature, prior_weight
+        )
+        var = kronecker.variance(problem.dimension, state.params)
+        return Posterior(mean=state.params, var=var, kronecker=kronecker)
+
+    return Engine(init, update, posterior, 1, config.batch_size)
+
+
+def build_ggn(problem: Problem, tempering: Tempering, config: LaplaceKfacGGNSpec) -> Engine:
+    """KFAC GGN Laplace: G from the output Hessians' square roots, exactly."""
+    return build_kfac("laplace_kfac_ggn", "ggn", problem, tempering, config)
+
+
+def build_fisher(problem: Problem, tempering: Tempering, config: LaplaceKfacFisherSpec) -> Engine:
+    """KFAC empirical-Fisher Laplace: G from the per-example log-likelihood gradients."""
+    return build_kfac("laplace_kfac_fisher", "fisher", problem, tempering, config)
+
+
+METHODS = (
+    _laplace("laplace_kfac_ggn", LaplaceKfacGGNSpec, build_ggn),
+    _laplace("laplace_kfac_fisher", LaplaceKfacFisherSpec, build_fisher),
+)
