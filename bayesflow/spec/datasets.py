@@ -13,7 +13,21 @@ from pydantic import Field, PositiveInt, field_validator
 from bayesflow.spec.strict import Strict
 from bayesflow.spec.user_data import PythonDataSpec
 
-__all__ = ["CsvSpec", "DataSpec", "ImdbSpec", "NoDataSpec", "SklearnDigitsSpec"]
+__all__ = ["CsvSpec", "DataSpec", "ImdbSpec", "NoDataSpec", "SklearnDigitsSpec", "validation_field"]
+
+
+def validation_field(rows: str) -> float:
+    """The ``validation_fraction`` field of a dataset whose training ``rows`` it splits."""
+    return Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description=f"Share of the training {rows} held out for validation (drawn from "
+        "`split_seed`, stratified by label for classes; the test rows stay the same): every "
+        "fit then logs `val_*` metrics beside `test_*`, and the report chooses each method's "
+        "best temperature on them. 0 holds out none (the report then chooses on test).",
+    )
+
 
 class SklearnDigitsSpec(Strict):
     """scikit-learn's 8×8 digits (1,797 images, 10 classes), shipped with scikit-learn."""
@@ -22,6 +36,7 @@ class SklearnDigitsSpec(Strict):
     INPUTS: ClassVar[str] = "features"
     test_fraction: float = Field(0.5, gt=0, lt=1, description="Share of points held out for testing.")
     split_seed: int = Field(0, description="Seed of the stratified train/test split.")
+    validation_fraction: float = validation_field("images")
     standardize: bool = Field(True, description="Scale pixel values to [0, 1].")
     episodes: int = Field(
         0,
@@ -68,6 +83,13 @@ class CsvSpec(Strict):
     test_fraction: float = Field(0.25, ge=0, lt=1, description="Share of rows held out for "
                                  "testing; 0 fits on every row and skips the predictive metrics.")
     split_seed: int = Field(0, description="Seed of the train/test split.")
+    validation_fraction: float = validation_field("rows")
+    split_column: str | None = Field(
+        None,
+        description="A column saying which part each row belongs to: `train`, `validation` or "
+        "`test` (validation optional); it is not a feature. Replaces the random split, so "
+        "`test_fraction` and `validation_fraction` must be left out.",
+    )
     standardize: bool = Field(True, description="Standardise features with training statistics.")
 
 
@@ -126,6 +148,8 @@ class ImdbSpec(Strict):
         None, description="Keep this many test reviews, drawn stratified by label; null keeps all."
     )
     subset_seed: int = Field(0, description="Seed of the `max_train` and `max_test` draws.")
+    validation_fraction: float = validation_field("reviews (after `max_train`; the vocabulary is built on the rest)")
+    split_seed: int = Field(0, description="Seed of the validation split.")
 
 
 class NoDataSpec(Strict):
