@@ -30,18 +30,18 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "CHOSEN_ON",
     "FINISHED",
     "MARK",
-    "CHOSEN_ON",
     "best_cells",
     "best_temperature_table",
     "best_variants",
-    "selection_metric",
     "failed_cells",
     "flag_columns",
     "flag_notes",
     "flagged_rows",
     "results_table",
+    "selection_metric",
     "summary_metrics",
     "variant_table",
     "variants",
