@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from bayesflow.report.suggest import suggested_temperatures
 from bayesflow.report.tables import (
     CHOSEN_ON,
     MARK,
@@ -46,6 +47,7 @@ __all__ = [
     "run_links",
     "spec_block",
     "styled",
+    "suggestion",
     "swept_keys",
     "what_ran",
 ]
@@ -178,7 +180,25 @@ def best_temperature(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
         " Mean ± sd over the seeds that finished. A method whose fit does not depend on "
         "the temperature has one row."
     )
-    return text, table
+    return text + suggestion(frame), table
+
+
+def suggestion(frame: pd.DataFrame) -> str:
+    """A paragraph of the temperatures suggested between grid points by the validation
+    NLL (:mod:`bayesflow.report.suggest`), or "" when there are none to give."""
+    found = suggested_temperatures(frame, "test_nll")
+    shown = [
+        f"{code(key[-1])}{' [' + escape(key[0]) + ']' if len(key) > 1 else ''} "
+        + ("none (its lowest is at the grid's edge)" if value is None else f"T ≈ {value:.3g}")
+        for key, value in found.items()
+    ]
+    if not any(value is not None for value in found.values()):
+        return ""
+    return (
+        "\n\n*Suggested, not fitted:* a parabola in log T through each method's mean "
+        "validation NLL at its best grid temperature and the two beside it is lowest at "
+        + "; ".join(shown) + ". No fit was run there: a temperature to try next."
+    )
 
 
 def swept_keys(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from bayesflow.report import sections, tables
+from bayesflow.report import sections, suggest, tables
 
 from .conftest import synthetic_results
 from .frames import sweep
@@ -78,3 +78,40 @@ def test_a_sweeps_best_variant_is_chosen_on_validation() -> None:
     text, compared = sections.swept_keys(validated)
     assert "`laplace`: `prior.variance=1` (chosen on validation)" in text
     assert compared.set_index("method").loc["laplace", "prior.variance=1"] == "0.440 ± 0.007 (T=1)"
+
+
+def test_a_suggested_temperature_is_the_vertex_of_an_exact_parabola_in_log_t() -> None:
+    """Validation NLLs exactly a + b (ln T − ln T*)² on a coarse grid: the vertex is T*,
+    for a T* between grid points at either side of the best one."""
+    grid = [0.001, 0.00562, 0.0316, 0.178, 1.0]
+    for best in (0.012, 0.07):
+        values = [0.2 + 0.03 * (math.log(t) - math.log(best)) ** 2 for t in grid]
+        found = suggest.suggested_temperature(grid, values)
+        assert found is not None and math.isclose(found, best, rel_tol=1e-9)
+
+
+def test_no_suggestion_at_the_grid_edge() -> None:
+    """The lowest value first or last (ties: the first), or too few points: None."""
+    assert suggest.suggested_temperature([0.1, 1.0, 3.0], [0.1, 0.2, 0.3]) is None
+    assert suggest.suggested_temperature([0.1, 1.0, 3.0], [0.2, 0.2, 0.2]) is None
+    assert suggest.suggested_temperature([0.1, 1.0], [0.3, 0.2]) is None
+
+
+def test_a_suggestion_stays_between_the_neighbours_of_the_best() -> None:
+    """A lopsided minimum (linear on one side) still gives a T inside the bracket."""
+    found = suggest.suggested_temperature([0.01, 0.1, 1.0, 10.0], [0.9, 0.3, 0.31, 2.0])
+    assert found is not None and 0.01 < found < 1.0
+
+
+def test_the_report_suggests_only_where_validation_metrics_exist() -> None:
+    """with_validation's val_nll is a parabola in ln T with vertex at T = 1 (Laplace, every
+    seed finished; SGHMC lost a seed at T = 3, so its means are not one parabola); MAP
+    (no grid) gets no suggestion; without val_nll nothing is said."""
+    found = suggest.suggested_temperatures(with_validation(synthetic_results()))
+    assert set(found) == {("laplace",), ("sghmc",)}
+    assert found[("laplace",)] is not None and math.isclose(found[("laplace",)], 1.0, rel_tol=1e-9)
+    assert found[("sghmc",)] is not None
+    text, _ = sections.best_temperature(with_validation(synthetic_results()))
+    assert "*Suggested, not fitted:*" in text and "`laplace` T ≈ 1;" in text
+    assert suggest.suggested_temperatures(synthetic_results()) == {}
+    assert "Suggested" not in sections.best_temperature(synthetic_results())[0]
