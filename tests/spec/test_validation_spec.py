@@ -7,18 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bayesflow.errors import SpecError
 from bayesflow.spec import load_spec
 from tests.conftest import TINY_SPEC, write
-
-
-def problems(path: Path, *overrides: str) -> list[str]:
-    """The problems of a spec file with overrides (empty when it loads)."""
-    try:
-        load_spec(path, list(overrides))
-    except SpecError as error:
-        return error.problems
-    return []
+from tests.spec.test_relations import problems
 
 
 CSV = """\
