@@ -126,10 +126,14 @@ def describe(
     return described
 
 
-def on_validation(metrics: dict[str, float], conventions: dict[str, str]) -> tuple[dict[str, float], dict[str, str]]:
+def on_validation(
+    metrics: dict[str, float], conventions: dict[str, str]
+) -> tuple[dict[str, float], dict[str, str]]:
     """The ``test_*`` metrics of an evaluation on the validation rows renamed ``val_*``,
     with their convention lines saying so; other metrics (OOD AUROCs) are left out."""
-    renamed = {name: VALIDATION_PREFIX + name.removeprefix("test_") for name in metrics if name.startswith("test_")}
+    renamed = {
+        name: VALIDATION_PREFIX + name.removeprefix("test_") for name in metrics if name.startswith("test_")
+    }
     lines = {
         renamed[name]: f"{line}; on the validation rows (held out of training), not the test rows"
         for name, line in conventions.items() if name in renamed
