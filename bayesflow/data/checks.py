@@ -129,6 +129,7 @@ def _finite_problems(dataset: Dataset) -> list[str]:
         "training inputs": dataset.x_train, "training labels": dataset.y_train,
         "test inputs": dataset.x_test, "test labels": dataset.y_test,
         "out-of-distribution inputs": dataset.x_ood,
+        "validation inputs": dataset.x_validation, "validation labels": dataset.y_validation,
     }
     problems = []
     for name, array in arrays.items():
@@ -161,7 +162,8 @@ def check_data(dataset: Dataset, likelihood_name: str, source: str | None = None
     """
     where = source or dataset.source or "the dataset"
     problems = _finite_problems(dataset)
-    labels = np.concatenate([dataset.y_train, dataset.y_test])
+    held_out = [] if dataset.y_validation is None else [dataset.y_validation]
+    labels = np.concatenate([dataset.y_train, dataset.y_test, *held_out])
     if not problems:
         problems = label_problems(labels, likelihood_name, dataset.num_classes, dataset.target)
     if problems:

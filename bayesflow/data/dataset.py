@@ -15,7 +15,7 @@ import numpy as np
 from bayesflow.errors import DataError
 from bayesflow.registry import Registry
 
-__all__ = ["DATASETS", "Dataset", "resolve_path", "split"]
+__all__ = ["DATASETS", "Dataset", "hold_out_validation", "resolve_path", "split", "validation_rows"]
 
 DATASETS: Registry[Any] = Registry("dataset")
 
@@ -23,6 +23,10 @@ DATASETS: Registry[Any] = Registry("dataset")
 @dataclass(frozen=True)
 class Dataset:
     """Train and test arrays; ``task`` is ``"classification"`` or ``"regression"``.
+
+    ``x_validation`` and ``y_validation`` (both or neither) are rows held out of training
+    to choose settings on (``data.validation_fraction``, a CSV's ``split_column``), so
+    that the test rows are only reported on.
 
     ``source`` (a file path or the dataset's name) and ``target`` (what the labels are
     called there) only serve to name the data in messages; the digest ignores them.
@@ -42,6 +46,13 @@ class Dataset:
     source: str = ""
     target: str = "the labels"
     salt: str = ""
+    x_validation: np.ndarray | None = None
+    y_validation: np.ndarray | None = None
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether rows are held out for validation."""
+        return self.y_validation is not None and len(self.y_validation) > 0
 
     @property
     def num_features(self) -> int:
@@ -50,11 +61,18 @@ class Dataset:
 
     @property
     def digest(self) -> str:
-        """SHA-256 over the four arrays' bytes, shapes and dtypes (and the ``salt``)."""
+        """SHA-256 over the four arrays' bytes, shapes and dtypes (and the ``salt``).
+
+        The OOD and validation arrays join it only when there are some, so data without
+        them keep the digest (and every cached stage) they had before those existed.
+        """
         digest = hashlib.sha256(self.salt.encode()) if self.salt else hashlib.sha256()
         arrays = [self.x_train, self.y_train, self.x_test, self.y_test]
         if self.x_ood is not None:
             arrays.append(self.x_ood)
+        if self.x_validation is not None and self.y_validation is not None:
+            digest.update(b"validation\0")
+            arrays.extend([self.x_validation, self.y_validation])
         for array in arrays:
             digest.update(str((array.shape, array.dtype.str)).encode())
             digest.update(np.ascontiguousarray(array).tobytes())
@@ -74,21 +92,25 @@ def resolve_path(path: str, base_dir: Path | None = None) -> Path:
     return resolved
 
 
-def split_problems(labels: np.ndarray, test_fraction: float, stratify: bool, where: str) -> list[str]:
+def split_problems(
+    labels: np.ndarray, test_fraction: float, stratify: bool, where: str, held: str = "test"
+) -> list[str]:
     """Why ``labels`` cannot be split into train and test as asked ([] when they can).
 
     The sizes are scikit-learn's: ``ceil(test_fraction * n)`` rows to test, the rest to
     train; a stratified split (class shares kept) also needs two rows of every class and
-    room for every class on both sides.
+    room for every class on both sides. ``held="validation"`` words the problems for the
+    validation rows taken out of the training rows (``data.validation_fraction``).
     """
+    key, verb = f"data.{held}_fraction", "validate" if held == "validation" else held
     count = len(labels)
     tested = math.ceil(test_fraction * count)
     trained = count - tested
     if trained < 1 or tested < 1:
         return [(
-            f"data.test_fraction: {where} has {count} data row{'s' if count != 1 else ''}: a test "
-            f"fraction of {test_fraction:g} leaves {trained} to train and {tested} to test, and each "
-            "needs at least one; add rows, or change data.test_fraction"
+            f"{key}: {where} has {count} data row{'s' if count != 1 else ''}: a {held} "
+            f"fraction of {test_fraction:g} leaves {trained} to train and {tested} to {verb}, and each "
+            f"needs at least one; add rows, or change {key}"
         )]
     if not stratify:
         return []
@@ -102,9 +124,9 @@ def split_problems(labels: np.ndarray, test_fraction: float, stratify: bool, whe
         )]
     if min(tested, trained) < len(classes):
         return [(
-            f"data.test_fraction: {where} has {len(classes)} classes but a test fraction of "
-            f"{test_fraction:g} of {count} rows leaves {trained} to train and {tested} to test; "
-            "each side needs a row of every class: add rows, or change data.test_fraction"
+            f"{key}: {where} has {len(classes)} classes but a {held} fraction of "
+            f"{test_fraction:g} of {count} rows leaves {trained} to train and {tested} to {verb}; "
+            f"each side needs a row of every class: add rows, or change {key}"
         )]
     return []
 
@@ -134,3 +156,42 @@ def split(
     except ValueError as error:  # a case split_problems does not foresee: still say where
         raise DataError(f"data: {where} cannot be split into train and test: {error}", path or where) from error
     return x[train], y[train], x[test], y[test]
+
+
+def hold_out_validation(
+    x: np.ndarray,
+    y: np.ndarray,
+    fraction: float,
+    seed: int,
+    stratify: bool,
+    where: str,
+    path: str | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """``x_train, y_train, x_validation, y_validation``: the training rows ``x, y`` less
+    those :func:`validation_rows` holds out (None, None when ``fraction`` is 0)."""
+    if not fraction:
+        return x, y, None, None
+    train, validation = validation_rows(y, fraction, seed, stratify, where, path)
+    return x[train], y[train], x[validation], y[validation]
+
+
+def validation_rows(
+    y: np.ndarray, fraction: float, seed: int, stratify: bool, where: str, path: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(train, validation)`` indices of the training labels ``y``: ``ceil(fraction * n)``
+    rows held out for validation (stratified by ``y`` with ``stratify``), drawn as the
+    train/test split is, from ``seed``, and remembered with it (:mod:`bayesflow.data.splits`).
+
+    Raises:
+        DataError: too few training rows, or too few of a class, to hold some out.
+    """
+    from bayesflow.data.splits import split_indices
+
+    rows = f"the training part of {where}"
+    problems = split_problems(y, fraction, stratify, rows, held="validation")
+    if problems:
+        raise DataError(problems, path or where)
+    try:
+        return split_indices(y, fraction, seed, stratify)
+    except ValueError as error:
+        raise DataError(f"data.validation_fraction: {rows} cannot be split: {error}", path or where) from error

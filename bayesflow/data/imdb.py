@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesflow.data.dataset import DATASETS, Dataset, resolve_path
+from bayesflow.data.dataset import DATASETS, Dataset, resolve_path, validation_rows
 from bayesflow.data.sniff import check_text, excerpt, names
 from bayesflow.errors import DataError, MissingDependencyError, SpecError
 
@@ -343,11 +343,15 @@ def imdb(
     padding: str = "pre",
     truncating: str = "pre",
     base_dir: Path | None = None,
+    validation_fraction: float = 0.0,
+    split_seed: int = 0,
 ) -> Dataset:
     """IMDB reviews as int64 token ids (n, max_length), labels 1 positive and 0 negative.
 
-    The vocabulary comes from the training reviews kept (after ``max_train``) only, so a
-    word seen only in test reviews is out of vocabulary (id 1).
+    The vocabulary comes from the training reviews kept (after ``max_train``, less the
+    ``validation_fraction`` held out for validation, stratified, drawn from
+    ``split_seed``) only, so a word seen only in test or validation reviews is out of
+    vocabulary (id 1).
 
     Args:
         path: a folder in one of the three forms, or ``package:imdb``.
@@ -360,21 +364,27 @@ def imdb(
         padding: ``pre`` or ``post`` (see :func:`encode`).
         truncating: ``pre`` or ``post`` (see :func:`encode`).
         base_dir: the spec's folder, which a relative ``path`` is taken from.
+        validation_fraction: share of the training reviews kept held out for validation.
+        split_seed: seed of that draw.
     """
     reviews = read_reviews(path, source, base_dir)
     train = reviews["train"].take(stratified_indices(reviews["train"].labels, max_train, subset_seed))
     test = reviews["test"].take(stratified_indices(reviews["test"].labels, max_test, subset_seed))
+    validation = None
+    if validation_fraction:
+        where = f"the IMDB reviews of {resolve_folder(path, base_dir)}"
+        kept, held = validation_rows(train.labels, validation_fraction, split_seed, True, where)
+        train, validation = train.take(kept), train.take(held)
     train_tokens = [tokenize(text) for text in train.texts]
     vocabulary = build_vocabulary(train_tokens, vocab_size)
-    test_tokens = [tokenize(text) for text in test.texts]
-    return Dataset(
-        encode(train_tokens, vocabulary, max_length, padding, truncating),
-        train.labels,
-        encode(test_tokens, vocabulary, max_length, padding, truncating),
-        test.labels,
-        "classification",
-        num_classes=2,
-        source=str(resolve_folder(path, base_dir)),
-        target="the review labels",
-    )
 
+    def ids(tokenized: list[list[str]]) -> np.ndarray:
+        return encode(tokenized, vocabulary, max_length, padding, truncating)
+
+    return Dataset(
+        ids(train_tokens), train.labels, ids([tokenize(text) for text in test.texts]), test.labels,
+        "classification", num_classes=2, source=str(resolve_folder(path, base_dir)),
+        target="the review labels",
+        x_validation=None if validation is None else ids([tokenize(text) for text in validation.texts]),
+        y_validation=None if validation is None else validation.labels,
+    )

@@ -10,7 +10,9 @@ This runs your code. A spec such as::
 
 makes bayesflow execute ``data/load_mine.py`` and call ``load(rows=500)``. The function
 returns the arrays, as a tuple ``(x_train, y_train, x_test, y_test)`` with an optional
-fifth ``x_ood`` (out-of-distribution inputs), or as a mapping with those keys. Inputs are
+fifth ``x_ood`` (out-of-distribution inputs), or as a mapping with those keys, which may
+add ``x_validation`` and ``y_validation``: rows held out of training to choose settings on
+(the report's best temperature), so the test rows are only reported on. Inputs are
 two-dimensional (rows × features) and numeric; targets are one-dimensional, integers
 0..K−1 for a classification likelihood, real numbers for ``gaussian``. Inputs become
 float32; integer targets int64, others float32.
@@ -40,9 +42,11 @@ from bayesflow.errors import DataError, SpecError
 from bayesflow.registry import closest
 from bayesflow.user_code import run_user_code
 
-__all__ = ["ARRAY_NAMES", "python_data"]
+__all__ = ["ARRAY_NAMES", "VALIDATION_NAMES", "python_data"]
 
 ARRAY_NAMES = ("x_train", "y_train", "x_test", "y_test", "x_ood")
+# Further keys a returned mapping may hold, both or neither: the validation rows.
+VALIDATION_NAMES = ("x_validation", "y_validation")
 
 
 def _import(module: str, base_dir: Path | None) -> tuple[Any, str]:
@@ -104,16 +108,23 @@ def _function(module: Any, name: str, where: str) -> Any:
 def _arrays(returned: Any, call: str) -> dict[str, np.ndarray]:
     """The named arrays of what the user's function returned."""
     if isinstance(returned, Mapping):
-        unknown = sorted(set(map(str, returned)) - set(ARRAY_NAMES))
+        unknown = sorted(set(map(str, returned)) - {*ARRAY_NAMES, *VALIDATION_NAMES})
         missing = [name for name in ARRAY_NAMES[:4] if name not in returned]
+        given = [name for name in VALIDATION_NAMES if returned.get(name) is not None]
+        if len(given) == 1:
+            missing.append(next(name for name in VALIDATION_NAMES if name not in given))
         if unknown or missing:
             raise DataError(
                 f"data.function: {call} returned a mapping with keys {sorted(map(str, returned))}; "
-                f"expected {', '.join(ARRAY_NAMES[:4])} and optionally x_ood"
+                f"expected {', '.join(ARRAY_NAMES[:4])}, optionally x_ood, and optionally "
+                "x_validation with y_validation"
                 + (f" (missing: {', '.join(missing)})" if missing else "")
                 + (f" (unknown: {', '.join(unknown)})" if unknown else ""), call,
             )
-        items = {name: returned[name] for name in ARRAY_NAMES if returned.get(name) is not None}
+        items = {
+            name: returned[name] for name in (*ARRAY_NAMES, *VALIDATION_NAMES)
+            if returned.get(name) is not None
+        }
     elif isinstance(returned, (tuple, list)) and len(returned) in (4, 5):
         items = {name: value for name, value in zip(ARRAY_NAMES, returned) if value is not None}
     else:
@@ -145,7 +156,9 @@ def _arrays(returned: Any, call: str) -> dict[str, np.ndarray]:
 
 def _shape_problems(arrays: dict[str, np.ndarray]) -> list[str]:
     problems = []
-    for split in ("train", "test"):
+    for split in ("train", "test", "validation"):
+        if f"y_{split}" not in arrays:
+            continue
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if len(x) != len(y):
             problems.append(f"data.function: x_{split} has {len(x)} rows but y_{split} has {len(y)}; give one target per row")
@@ -155,8 +168,10 @@ def _shape_problems(arrays: dict[str, np.ndarray]) -> list[str]:
     if len(set(features.values())) > 1:
         shown = ", ".join(f"{name} {count}" for name, count in features.items())
         problems.append(f"data.function: the inputs differ in their number of features ({shown})")
-    if (arrays["y_train"].dtype.kind in "iub") != (arrays["y_test"].dtype.kind in "iub"):
-        problems.append("data.function: y_train and y_test differ in kind (integer labels and real values); give both the same dtype")
+    integer = {name: array.dtype.kind in "iub" for name, array in arrays.items() if name.startswith("y")}
+    if len(set(integer.values())) > 1:
+        shown = " and ".join(integer)
+        problems.append(f"data.function: {shown} differ in kind (integer labels and real values); give them the same dtype")
     return problems
 
 
@@ -187,9 +202,10 @@ def python_data(
     problems = _shape_problems(arrays)
     if problems:
         raise DataError(problems, call)
-    for name in ("y_train", "y_test"):  # True/False labels are classes 1/0
+    targets = [name for name in arrays if name.startswith("y")]
+    for name in targets:  # True/False labels are classes 1/0
         arrays[name] = arrays[name].astype(np.int64) if arrays[name].dtype == np.bool_ else arrays[name]
-    labels = np.concatenate([arrays["y_train"], arrays["y_test"]])
+    labels = np.concatenate([arrays[name] for name in targets])
     task, classes = target_task(labels)
     if task == "classification" and labels.min() < 0:
         task, classes = "regression", None  # negative integers are values, not class labels
@@ -200,4 +216,6 @@ def python_data(
         arrays["x_test"].astype(np.float32), arrays["y_test"].astype(cast), task, classes,
         x_ood=None if "x_ood" not in arrays else arrays["x_ood"].astype(np.float32),
         source=str(where), target=f"the targets returned by {function}()", salt=salt.hexdigest(),
+        x_validation=arrays["x_validation"].astype(np.float32) if "x_validation" in arrays else None,
+        y_validation=arrays["y_validation"].astype(cast) if "y_validation" in arrays else None,
     )

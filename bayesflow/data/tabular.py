@@ -14,11 +14,11 @@ import numpy as np
 
 from bayesflow.data.checks import column_problems
 from bayesflow.data.checks import standardize as standardize_columns
-from bayesflow.data.dataset import DATASETS, Dataset, resolve_path, split
+from bayesflow.data.dataset import DATASETS, Dataset, hold_out_validation, resolve_path, split
 from bayesflow.data.sniff import check_text, excerpt, first_row_problem, names
 from bayesflow.errors import DataError, SpecError
 
-__all__ = ["MAX_CLASSES", "csv", "csv_target_task", "digits", "none", "sklearn_digits", "target_task"]
+__all__ = ["MAX_CLASSES", "SPLIT_VALUES", "csv", "csv_target_task", "digits", "none", "sklearn_digits", "target_task"]
 
 CSV_EXPECTED = "a UTF-8 text file of comma-separated values with a header row"
 # An integer target column with at most this many distinct values is read as class labels.
@@ -54,12 +54,14 @@ def sklearn_digits(
     holdout_classes: list[int] | None = None,
     episodes: int = 0,
     episode_kind: str = "permuted",
+    validation_fraction: float = 0.0,
 ) -> Dataset:
     """scikit-learn's 8×8 handwritten digits: 1,797 images, 64 features, 10 classes.
 
     With ``holdout_classes`` those digits are removed from training and testing and
     become the out-of-distribution inputs (``x_ood``); the remaining classes are
-    relabelled 0..C-1 in increasing order.
+    relabelled 0..C-1 in increasing order. ``validation_fraction`` of the training
+    images (stratified) are held out for validation; the test images stay the same.
     """
     features, labels = digits()
     x = features.astype(np.float32)
@@ -74,6 +76,9 @@ def sklearn_digits(
         kept = sorted(set(range(10)) - set(held))
         y = np.searchsorted(np.array(kept), y).astype(np.int64)
     x_train, y_train, x_test, y_test = split(x, y, test_fraction, split_seed, True, "sklearn_digits")
+    x_train, y_train, x_validation, y_validation = hold_out_validation(
+        x_train, y_train, validation_fraction, split_seed, True, "sklearn_digits"
+    )
     episode_train = episode_test = None
     if episodes and episode_kind == "classes":
         # tasks of consecutive classes: 5 episodes are {0,1}, {2,3}, ..., {8,9}
@@ -97,6 +102,7 @@ def sklearn_digits(
         x_train, y_train, x_test, y_test, "classification", num_classes=10 - len(held), x_ood=x_ood,
         episode_train=episode_train, episode_test=episode_test,
         source="sklearn_digits", target="the digit labels of sklearn_digits",
+        x_validation=x_validation, y_validation=y_validation,
     )
 
 
@@ -215,11 +221,16 @@ def csv(
     split_seed: int = 0,
     standardize: bool = True,
     base_dir: Path | None = None,
+    validation_fraction: float = 0.0,
+    split_column: str | None = None,
 ) -> Dataset:
     """A CSV file with a header row: numeric features and one target column.
 
     ``test_fraction: 0`` keeps every row for training and an empty test set (the rows
     are then not shuffled: their order does not matter to a full-batch or minibatch fit).
+    ``validation_fraction`` of the training rows are held out for validation. A
+    ``split_column`` (values ``train``, ``validation``, ``test``) says which rows go
+    where instead of both fractions, and is not a feature.
     """
     import pandas as pd
     from pandas.api.types import is_numeric_dtype
@@ -227,7 +238,8 @@ def csv(
     frame = _read_csv(path, target, base_dir)
     file = resolve_path(path, base_dir)
     y_raw = _target_values(frame, target, file)
-    features = frame.drop(columns=[target])
+    assigned = None if split_column is None else split_assignment(frame, split_column, file)
+    features = frame.drop(columns=[target] + ([split_column] if split_column else []))
     non_numeric = [c for c in features.columns if not is_numeric_dtype(features[c])]
     if non_numeric:
         many = len(non_numeric) > 1
@@ -246,19 +258,80 @@ def csv(
     integer_target = task == "classification"
     y = y_raw.astype(np.int64) if integer_target else y_raw.astype(np.float32)
     where = f"{file.name} (target column {target!r})"
-    if test_fraction == 0:  # every row fits; nothing is held out (no predictive metrics)
+    x_validation: np.ndarray | None = None
+    y_validation: np.ndarray | None = None
+    if assigned is not None:  # the file says which rows go where
+        train, test, validation = (assigned == part for part in SPLIT_VALUES)
+        x_train, y_train, x_test, y_test = x[train], y[train], x[test], y[test]
+        if validation.any():
+            x_validation, y_validation = x[validation], y[validation]
+    elif test_fraction == 0:  # every row fits; nothing is held out (no predictive metrics)
         x_train, y_train, x_test, y_test = x, y, x[:0], y[:0]
     else:
         x_train, y_train, x_test, y_test = split(
             x, y, test_fraction, split_seed, integer_target, where, str(file)
         )
-    if standardize:
-        x_train, x_test = standardize_columns(x_train, x_test, list(features.columns), file.name, str(file))
+    if assigned is None:
+        x_train, y_train, x_validation, y_validation = hold_out_validation(
+            x_train, y_train, validation_fraction, split_seed, integer_target, where, str(file)
+        )
+    held_out = x_test if x_validation is None else np.concatenate([x_test, x_validation])
+    if standardize:  # by the training rows' statistics, held-out rows too
+        x_train, held_out = standardize_columns(
+            x_train, held_out, list(features.columns), file.name, str(file)
+        )
+    held_out = held_out.astype(np.float32)
     return Dataset(
-        x_train.astype(np.float32), y_train, x_test.astype(np.float32), y_test, task, classes,
+        x_train.astype(np.float32), y_train, held_out[: len(x_test)], y_test, task, classes,
         source=str(file), target=f"the target column {target!r} of {file.name}",
+        x_validation=None if x_validation is None else held_out[len(x_test):],
+        y_validation=y_validation,
     )
 
+
+# The values of a CSV file's ``split_column``, in the order ``csv`` unpacks them.
+SPLIT_VALUES = ("train", "test", "validation")
+
+
+def split_assignment(frame: Any, column: str, file: Path) -> np.ndarray:
+    """The ``split_column`` of a CSV file: each row's part, ``train``, ``validation`` or
+    ``test`` (surrounding spaces ignored), as an array of those strings.
+
+    Raises:
+        SpecError: the column is not in the file.
+        DataError: it holds another value or none, or leaves no training row.
+    """
+    if column not in frame.columns:
+        raise SpecError(
+            f"data.split_column: column {excerpt(column)} is not in {file.name} "
+            f"(columns: {names(frame.columns)})"
+        )
+    values = frame[column].map(lambda value: value.strip() if isinstance(value, str) else value)
+    bad = ~values.isin(SPLIT_VALUES)
+    if bad.any():
+        rows = np.flatnonzero(bad.to_numpy())
+        shown = ", ".join(_distinct(values[bad])[:3])
+        lines = ", ".join(str(row + 2) for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        raise DataError(
+            f"data.split_column: column {column!r} of {file.name} holds {shown} (line{'s' if len(rows) > 1 else ''} "
+            f"{lines}); give every row train, validation or test", str(file),
+        )
+    assigned = values.to_numpy(dtype=str)
+    if not (assigned == "train").any():
+        raise DataError(
+            f"data.split_column: column {column!r} of {file.name} marks no row `train`; "
+            "a fit needs training rows", str(file),
+        )
+    return assigned
+
+
+def _distinct(values: Any) -> list[str]:
+    """The distinct values of a column as shown in a message, in order of first
+    appearance, a missing value as ``an empty cell``."""
+    import pandas as pd
+
+    shown = ("an empty cell" if pd.isna(value) else excerpt(str(value)) for value in values)
+    return list(dict.fromkeys(shown))
 
 
 @DATASETS.register("none")

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["BINNINGS", "CONVENTIONS", "describe"]
+__all__ = ["BINNINGS", "CONVENTIONS", "VALIDATION_PREFIX", "describe", "on_validation"]
 
 BINNINGS: tuple[str, ...] = ("equal_width", "equal_mass")
+# The prefix of a predictive metric computed on the validation rows: ``val_nll`` is
+# ``test_nll`` on them (data.validation_fraction, or a CSV file's split_column).
+VALIDATION_PREFIX = "val_"
 
 _SINGLE = "mean over posterior samples s of the same metric computed on p(y|x,theta_s) alone"
 
@@ -125,3 +128,18 @@ def describe(
         elif "/" in name and name.split("/", 1)[0] in CONVENTIONS:
             described[name] = CONVENTIONS[name.split("/", 1)[0]]
     return described
+
+
+def on_validation(
+    metrics: dict[str, float], conventions: dict[str, str]
+) -> tuple[dict[str, float], dict[str, str]]:
+    """The ``test_*`` metrics of an evaluation on the validation rows renamed ``val_*``,
+    with their convention lines saying so; other metrics (OOD AUROCs) are left out."""
+    renamed = {
+        name: VALIDATION_PREFIX + name.removeprefix("test_") for name in metrics if name.startswith("test_")
+    }
+    lines = {
+        renamed[name]: f"{line}; on the validation rows (held out of training), not the test rows"
+        for name, line in conventions.items() if name in renamed
+    }
+    return {new: metrics[old] for old, new in renamed.items()}, lines

@@ -22,9 +22,12 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from bayesflow.report.suggest import suggested_temperatures
 from bayesflow.report.tables import (
+    CHOSEN_ON,
     MARK,
     best_temperature_table,
+    best_variants,
     failed_cells,
     flag_notes,
     results_table,
@@ -44,6 +47,7 @@ __all__ = [
     "run_links",
     "spec_block",
     "styled",
+    "suggestion",
     "swept_keys",
     "what_ran",
 ]
@@ -151,40 +155,73 @@ def flag_list(frame: pd.DataFrame) -> str:
 
 def best_temperature(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     """A sentence and :func:`~bayesflow.report.tables.best_temperature_table` for the
-    frame: per method (and variant), the temperature of lowest mean test NLL over seeds."""
+    frame: per method (and variant), the temperature of lowest mean validation NLL over
+    seeds (test NLL without a validation split), and the test metrics there."""
     table = best_temperature_table(frame, "test_nll")
     if table.empty:
         return "_No fit logged a test NLL, so no temperature is best._", table
     second = "accuracy" if "test_accuracy" in table else "RMSE" if "test_rmse" in table else ""
-    text = (
-        "Per method, the temperature with the lowest mean test NLL over seeds, its NLL"
-        + (f" and {second}" if second else "")
-        + " there (mean ± sd over the seeds that finished). A method whose fit does not "
-        "depend on the temperature has one row."
+    numbers = "its test NLL" + (f" and {second}" if second else "")
+    on = set(table[CHOSEN_ON])
+    if on == {"validation"}:
+        how = (
+            "Per method, the temperature with the lowest mean **validation** NLL over seeds "
+            "(rows held out of training, `val_nll`), and " + numbers + " there: the test "
+            "rows took no part in the choice."
+        )
+    else:
+        how = (
+            "Per method, the temperature with the lowest mean NLL over seeds, and " + numbers
+            + " there. `chosen on` says which rows chose it: where it reads *test*, the "
+            "temperature was chosen on the test NLL it reports, an optimistic number (set "
+            "`data.validation_fraction` to choose on rows held out of training)."
+        )
+    text = how + (
+        " Mean ± sd over the seeds that finished. A method whose fit does not depend on "
+        "the temperature has one row."
     )
-    return text, table
+    return text + suggestion(frame), table
+
+
+def suggestion(frame: pd.DataFrame) -> str:
+    """A paragraph of the temperatures suggested between grid points by the validation
+    NLL (:mod:`bayesflow.report.suggest`), or "" when there are none to give."""
+    found = suggested_temperatures(frame, "test_nll")
+    shown = [
+        f"{code(key[-1])}{' [' + escape(key[0]) + ']' if len(key) > 1 else ''} "
+        + ("none (its lowest is at the grid's edge)" if value is None else f"T ≈ {value:.3g}")
+        for key, value in found.items()
+    ]
+    if not any(value is not None for value in found.values()):
+        return ""
+    return (
+        "\n\n*Suggested, not fitted:* a parabola in log T through each method's mean "
+        "validation NLL at its best grid temperature and the two beside it is lowest at "
+        + "; ".join(shown) + ". No fit was run there: a temperature to try next."
+    )
 
 
 def swept_keys(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     """For a sweep over spec keys (several ``variant`` values): a sentence naming the
-    swept keys and :func:`~bayesflow.report.tables.variant_table` (each method's best
-    test NLL, and where, in each variant). Empty text and table for a plain study."""
+    swept keys and :func:`~bayesflow.report.tables.variant_table` (each method's test
+    NLL at its best temperature, and that temperature, in each variant), with each
+    method's best variant chosen on validation where the fits have it
+    (:func:`~bayesflow.report.tables.best_variants`). Empty text and table for a plain study."""
     found = variants(frame)
     table = variant_table(frame, "test_nll")
     if not found or table.empty:
         return "", table
     keys = [column.split("/", 1)[1] for column in frame.columns if str(column).startswith("swept/")]
     named = ", ".join(code(key) for key in keys) or "the swept keys"
-    best = best_temperature_table(frame, "test_nll")
-    winners = []
-    for method, rows in best.groupby("method", sort=False):
-        means = rows.set_index("variant")["test_nll"].str.extract(r"^(-?[\d.]+(?:e-?\d+)?)")[0].astype(float)
-        if means.notna().any():
-            winners.append(f"{code(method)}: {code(means.idxmin())}")
+    winners = [
+        f"{code(method)}: {code(variant)} (chosen on {on})"
+        for method, (variant, on) in best_variants(frame, "test_nll").items()
+    ]
     return (
         f"The sweep varied {named} over {len(found)} variants. Each cell: the method's "
-        "lowest mean test NLL over temperatures in that variant, and the temperature it "
-        "is at. Lowest NLL by method: " + ("; ".join(winners) or "none finished") + ".",
+        "test NLL at its best temperature in that variant, and that temperature (chosen "
+        "as in the table above). Best variant by method, by the NLL that chose its "
+        "temperature: " + ("; ".join(winners) or "none finished") + ".",
         table,
     )
 

@@ -10,7 +10,12 @@ Besides the columns :mod:`bayesflow.report.figures` describes, a results frame m
   (``bayesflow run spec.yaml -m prior.variance=0.1,1``) a fit belongs to.
 
 Every function works whether those columns exist or not; without them the tables are
-those of a plain temperature × seed study. A number whose fits carry a flag for its
+those of a plain temperature × seed study.
+
+The best temperature (and, in a sweep, the best variant) is chosen on the *validation*
+rows when the fits logged ``val_*`` metrics (``data.validation_fraction``) and the *test*
+metrics are reported at that choice, so they took no part in it; without validation
+metrics it is chosen on the test metric it reports, and the tables say so (``chosen on``). A number whose fits carry a flag for its
 column is followed by :data:`MARK`; a flag on a column the table does not show marks
 the ``finished`` count of its row. Nothing here draws or escapes: callers that put the
 text into Markdown escape it (:func:`bayesflow.report.sections.escape`).
@@ -25,15 +30,18 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "CHOSEN_ON",
     "FINISHED",
     "MARK",
     "best_cells",
     "best_temperature_table",
+    "best_variants",
     "failed_cells",
     "flag_columns",
     "flag_notes",
     "flagged_rows",
     "results_table",
+    "selection_metric",
     "summary_metrics",
     "variant_table",
     "variants",
@@ -45,6 +53,10 @@ MARK = "⚠"
 """Follows a number that a flag concerns; the flags are listed under the table."""
 
 TABLE_METRICS = ("test_nll", "test_accuracy", "test_ece", "test_brier", "test_rmse")
+CHOSEN_ON = "chosen on"  # the column saying which rows chose the best temperature
+# The evaluate stage names a test metric computed on the validation rows ``val_<name>``
+# (bayesflow.evaluate.conventions.VALIDATION_PREFIX; the report does not import it).
+VALIDATION_PREFIX = "val_"
 SECOND_METRICS = ("test_accuracy", "test_rmse")  # classification, regression
 
 
@@ -156,37 +168,52 @@ def results_table(frame: pd.DataFrame, metrics: Iterable[str] = TABLE_METRICS) -
     return _in_order(table, frame, keys).reset_index(drop=True)
 
 
+def selection_metric(metric: str) -> str:
+    """The validation counterpart of a test metric: ``val_nll`` for ``test_nll``."""
+    return VALIDATION_PREFIX + metric.removeprefix("test_")
+
+
 def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:
-    """For each method (and variant), the temperature with the best mean ``metric`` over
-    seeds (the lowest: the metric is a loss such as the NLL), with its mean ± sd, the
-    accuracy (classification) or RMSE (regression) there, and how many seeds finished.
+    """For each method (and variant), the temperature with the best mean over seeds of
+    ``metric`` on the validation rows (its ``val_`` counterpart) when the fits logged it,
+    else of ``metric`` itself (the lowest: the metric is a loss such as the NLL); with
+    ``metric``'s mean ± sd there, the accuracy (classification) or RMSE (regression)
+    there, which rows chose it, the validation value when those did, and how many seeds
+    finished.
 
     A method whose fit does not depend on the temperature (``temperature_shared``,
     logged at T = 0: MAP, ensembles, maximum likelihood) has one row, its temperature
     reading ``"any (T → 0)"``. Flags mark the numbers as in :func:`results_table`.
 
     Returns:
-        Columns (``variant``,) ``method``, ``best T``, ``metric``, the second metric when
-        the frame has one, and ``seeds finished``; empty when the frame lacks ``metric``.
+        Columns (``variant``,) ``method``, ``best T``, :data:`CHOSEN_ON` (``validation``
+        or ``test``), ``metric``, the second metric when the frame has one, the
+        validation metric when some row was chosen on it, and ``seeds finished``; empty
+        when the frame lacks ``metric``.
     """
     second = next((m for m in SECOND_METRICS if m in summary_metrics(frame)), None)
+    validation = selection_metric(metric)
     shown = [metric] + ([second] if second else [])
     keyed = ["variant"] if variants(frame) else []
-    columns = [*keyed, "method", "best T", *shown, "seeds finished"]
+    columns = [*keyed, "method", "best T", CHOSEN_ON, *shown, "seeds finished"]
     if metric not in frame.columns:
         return pd.DataFrame(columns=columns)
-    values = frame.assign(**{m: pd.to_numeric(frame[m], errors="coerce") for m in shown})
+    values = _numeric(frame, [*shown, validation])
     rows = []
-    for key, best, cell, done in _best(values, keyed, metric):
+    for key, best, cell, done, chosen in _best(values, keyed, metric):
         row = dict(zip([*keyed, "method"], key))
         row["best T"] = "any (T → 0)" if _shared(cell) else ("—" if best is None else f"{best:g}")
+        row[CHOSEN_ON] = "validation" if chosen == validation else "test"
         for name in shown:
             row[name] = _marked(_mean_and_spread(done[name]), done, [name])
+        row[validation] = _mean_and_spread(done[validation]) if chosen == validation else "—"
         row["seeds finished"] = _marked(
             f"{done['seed'].nunique()}/{cell['seed'].nunique()}", done,
             [c for c in flag_columns(frame) if c not in shown],
         )
         rows.append(row)
+    if any(row[CHOSEN_ON] == "validation" for row in rows):
+        columns.insert(columns.index("seeds finished"), validation)
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -195,25 +222,64 @@ def best_cells(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:
     :func:`best_temperature_table` picks it: to list the flags of those fits only."""
     if metric not in frame.columns:
         return frame.iloc[:0]
-    values = frame.assign(**{metric: pd.to_numeric(frame[metric], errors="coerce")})
+    values = _numeric(frame, [metric, selection_metric(metric)])
     keyed = ["variant"] if variants(frame) else []
-    index = [i for _, _, cell, _ in _best(values, keyed, metric) for i in cell.index]
+    index = [i for _, _, cell, _, _ in _best(values, keyed, metric) for i in cell.index]
     return frame.loc[index]
+
+
+def best_variants(frame: pd.DataFrame, metric: str = "test_nll") -> dict[str, tuple[str, str]]:
+    """In a sweep, per method: the variant whose best temperature (as
+    :func:`best_temperature_table` chooses it) has the lowest mean of the metric that
+    chose it, and which rows that was (``"validation"`` or ``"test"``). When only some
+    variants have validation metrics, all are compared on ``metric``. {} for a plain study."""
+    if not variants(frame) or metric not in frame.columns:
+        return {}
+    values = _numeric(frame, [metric, selection_metric(metric)])
+    found: dict[str, list[tuple[str, str, float]]] = {}
+    for (variant, method), _, _, done, chosen in _best(values, ["variant"], metric):
+        if not done.empty:
+            found.setdefault(str(method), []).append((str(variant), chosen, float(done[chosen].mean())))
+    winners = {}
+    for method, choices in found.items():
+        if len({chosen for _, chosen, _ in choices}) > 1:
+            choices = [(variant, metric, _lowest_mean(values, variant, method, metric)) for variant, _, _ in choices]
+        variant, chosen, _ = min(choices, key=lambda choice: choice[2])
+        winners[method] = (variant, "test" if chosen == metric else "validation")
+    return winners
+
+
+def _numeric(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """The frame with those of ``metrics`` it holds as numbers (NaN where not)."""
+    return frame.assign(**{m: pd.to_numeric(frame[m], errors="coerce") for m in metrics if m in frame.columns})
+
+
+def _lowest_mean(values: pd.DataFrame, variant: str, method: str, metric: str) -> float:
+    """The lowest mean ``metric`` over temperatures of one variant's method (finished fits)."""
+    rows = values.loc[(values["variant"].astype(str) == variant) & (values["method"].astype(str) == method)]
+    means = rows.loc[rows["status"].astype(str) == FINISHED].groupby("temperature")[metric].mean()
+    return float(means.min()) if means.notna().any() else float("inf")
 
 
 def _best(
     values: pd.DataFrame, keyed: list[str], metric: str
-) -> Iterator[tuple[tuple[Any, ...], float | None, pd.DataFrame, pd.DataFrame]]:
-    """Per (variant,) method: its key, the temperature of lowest mean ``metric`` over
-    the finished seeds (None when none finished), the rows at that temperature and the
-    finished ones among them."""
+) -> Iterator[tuple[tuple[Any, ...], float | None, pd.DataFrame, pd.DataFrame, str]]:
+    """Per (variant,) method: its key, the temperature of lowest mean over the finished
+    seeds of ``metric``'s validation counterpart when the method's fits logged it (else
+    of ``metric``; None when none finished), the rows at that temperature, the finished
+    ones among them, and the column that chose it."""
+    validation = selection_metric(metric)
     for key, group in values.groupby([*keyed, "method"], sort=False):
-        finished = group.loc[(group["status"].astype(str) == FINISHED) & np.isfinite(group[metric])]
-        means = finished.groupby("temperature")[metric].mean()
+        chosen = metric
+        if validation in group.columns and np.isfinite(group[validation]).any():
+            chosen = validation
+        finished = group.loc[(group["status"].astype(str) == FINISHED) & np.isfinite(group[chosen])]
+        means = finished.groupby("temperature")[chosen].mean()
         best = float(means.idxmin()) if not means.empty else None
         at = float(group["temperature"].iloc[0]) if best is None else best
         cell = group.loc[group["temperature"] == at]
-        yield (key if isinstance(key, tuple) else (key,)), best, cell, finished.loc[finished["temperature"] == at]
+        at_best = finished.loc[finished["temperature"] == at]
+        yield (key if isinstance(key, tuple) else (key,)), best, cell, at_best, chosen
 
 
 def variant_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:

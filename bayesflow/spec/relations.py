@@ -27,6 +27,7 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
     per-field problem, not only once the rest of the spec is valid.
     """
     problems = _vocabulary_problems(data) + _input_problems(data) + _held_out_problems(data)
+    problems += _split_problems(data)
     methods = data.get("methods") if isinstance(data, dict) else None
     if not isinstance(methods, dict):
         return problems
@@ -112,6 +113,31 @@ def _held_out_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
     if isinstance(evaluate, dict) and evaluate.get("prior_predictive") is True:
         problems.append((("evaluate", "prior_predictive"),
             f"predicts the held-out rows: {why}; set it to false, or {fix}"))
+    return problems
+
+
+def _split_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
+    """A CSV file's ``split_column`` replaces the random split (so no fractions beside it,
+    and not the target); continual episodes hold out no validation rows."""
+    dataset = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(dataset, dict):
+        return []
+    problems: list[tuple[tuple[str, ...], str]] = []
+    column = dataset.get("split_column")
+    if dataset.get("name") == "csv" and column is not None:
+        if column == dataset.get("target"):
+            problems.append((("data", "split_column"), (
+                f"names the target column {column!r}; give the column that says train, "
+                "validation or test")))
+        for key in ("test_fraction", "validation_fraction"):
+            if key in dataset:
+                problems.append((("data", key), (
+                    f"cannot be given with data.split_column ({column!r} says which rows are "
+                    "held out); remove it")))
+    if dataset.get("validation_fraction") and dataset.get("episodes"):
+        problems.append((("data", "validation_fraction"), (
+            "holds out rows of data that arrive in episodes (data.episodes), which is not "
+            "supported; set data.validation_fraction to 0, or data.episodes to 0")))
     return problems
 
 

@@ -33,8 +33,10 @@ class PythonDataSpec(Strict):
         "load",
         description="The function to call. It returns `(x_train, y_train, x_test, y_test)` "
         "with an optional fifth `x_ood` (out-of-distribution inputs), or a mapping with those "
-        "keys: inputs rows × features, targets 1-D (integer labels 0..K-1 for classification, "
-        "real values for `gaussian`).",
+        "keys and optionally `x_validation` with `y_validation` (rows held out of training: "
+        "every fit logs `val_*` metrics on them and the report chooses the best temperature "
+        "on them): inputs rows × features, targets 1-D (integer labels 0..K-1 for "
+        "classification, real values for `gaussian`).",
     )
 
     @field_validator("function")

@@ -1,4 +1,5 @@
-"""The evaluate stage: a fitted posterior's metrics on the test set.
+"""The evaluate stage: a fitted posterior's metrics on the test set, and on the
+validation rows when the data hold some out (``val_*``, beside ``test_*``).
 
 Without a test set (``data.test_fraction: 0``) the predictive metrics are skipped, with a
 note under ``conventions["predictive"]``.
@@ -32,6 +33,7 @@ KSD_CHUNK = 64
 # the KSD's draws are neither each other's nor the fit's.
 PREDICTIVE_SEED_OFFSET = 10_000
 KSD_SEED_OFFSET = 30_000
+VALIDATION_SEED_OFFSET = 40_000
 # The note (an MLflow tag, convention.predictive) of an evaluation without held-out data.
 NO_TEST_SET = (
     "skipped: no held-out rows (data.test_fraction is 0), so no predictive metrics; the "
@@ -73,6 +75,10 @@ def evaluate(
         )
     metrics = {name: float(value) for name, value in result.metrics.items()}
     conventions = dict(result.conventions)
+    if likelihood.task != "energy" and context.dataset.has_validation:
+        validation = _validation_metrics(context, stage, problem, likelihood, posterior)
+        metrics.update(validation[0])
+        conventions.update(validation[1])
     if settings.ksd is not None and stage.temperature:
         stein = _stein_discrepancy(context, stage, problem, tempering, posterior, settings.ksd)
         metrics.update(stein[0])
@@ -99,6 +105,27 @@ def prediction_of(context: WorkflowContext, stage: Stage, posterior: Any) -> str
     if getattr(context.method(stage), "prediction", "sampled") == "linearized":
         return "linearized"
     return str(context.spec.evaluate.prediction)
+
+
+def _validation_metrics(
+    context: WorkflowContext, stage: Stage, problem: Any, likelihood: Any, posterior: Any
+) -> tuple[dict[str, float], dict[str, str]]:
+    """The test set's predictive metrics on the validation rows, named ``val_*``, from a
+    draw of samples of their own (the test metrics' draw is the one it always was)."""
+    from bayesflow.evaluate import evaluate_full
+    from bayesflow.evaluate.conventions import on_validation
+
+    settings = context.spec.evaluate
+    dataset = context.dataset
+    assert dataset.x_validation is not None and dataset.y_validation is not None
+    x, y = context.tensors(dataset.x_validation, dataset.y_validation, problem.device)
+    result = evaluate_full(
+        problem, likelihood, posterior, x, y, n_samples=settings.n_samples,
+        generator=context.generator(problem.device, VALIDATION_SEED_OFFSET + int(stage.seed or 0)),
+        ece_bins=settings.ece_bins, ece_binning=settings.ece_binning,
+        coverage_levels=settings.coverage_levels, prediction=prediction_of(context, stage, posterior),
+    )
+    return on_validation({name: float(value) for name, value in result.metrics.items()}, result.conventions)
 
 
 def _stein_discrepancy(

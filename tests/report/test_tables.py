@@ -15,8 +15,9 @@ def test_best_temperature_per_method(results_frame: pd.DataFrame) -> None:
     accuracy there; MAP, which does not depend on T, has one row; the failed seed of
     SGHMC at T = 3 is not where its best is, so both seeds count."""
     table = tables.best_temperature_table(results_frame).set_index("method")
-    assert list(table.columns) == ["best T", "test_nll", "test_accuracy", "seeds finished"]
+    assert list(table.columns) == ["best T", "chosen on", "test_nll", "test_accuracy", "seeds finished"]
     assert table.index.tolist() == ["map", "laplace", "sghmc"]
+    assert set(table["chosen on"]) == {"test"}  # no validation metrics: chosen on test
     assert table.loc["map", "best T"] == "any (T → 0)"
     assert table.loc["laplace", "best T"] == "0.1"
     assert table.loc["laplace", "test_nll"] == "0.310 ± 0.007"

@@ -98,3 +98,42 @@ def test_a_method_can_ask_for_linearized_prediction(tmp_path: Path) -> None:
     assert prediction_of(context, stages["evaluate/laplace/T=1/seed=0"], gaussian) == "linearized"
     assert prediction_of(context, stages["evaluate/map/T=shared/seed=0"], gaussian) == "sampled"
     assert prediction_of(context, stages["evaluate/laplace/T=1/seed=0"], samples) == "sampled"
+
+
+def test_validation_rows_get_the_test_metrics_as_val(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `data.validation_fraction` every fit logs `val_*` beside `test_*` (the same
+    metrics), with their conventions; MAP's val NLL is the logistic NLL of its weights on
+    the validation rows (closed form)."""
+    from bayesflow.data import load_dataset
+
+    data = {**PIMA["data"], "validation_fraction": 0.25}
+    spec = {**PIMA, "data": data, "methods": {"map": PIMA["methods"]["map"]}, "evaluate": {"n_samples": 10}}
+    frame, tracker = run(spec, tmp_path, monkeypatch)
+    (row,) = frame.to_dict("records")
+    tests = sorted(c.removeprefix("test_") for c in frame.columns if c.startswith("test_"))
+    assert tests and sorted(c.removeprefix("val_") for c in frame.columns if c.startswith("val_")) == tests
+    record = tracker.get_run(row["run_id"])
+    assert "on the validation rows" in record.tags["convention.val_nll"]
+    (arrays,) = bayesflow.posteriors(record.parent_id, tracker=tracker).values()
+    dataset = load_dataset(data)
+    features = dataset.num_features
+    assert [name.rsplit(".", 1)[-1] for name in arrays["param_names"]] == ["weight", "bias"]
+    weights, bias = arrays["mean"][:features], arrays["mean"][features]  # flat: 1×8 weight, then bias
+    logits = dataset.x_validation.astype(np.float64) @ weights + bias
+    labels = dataset.y_validation
+    expected = np.mean(np.logaddexp(0.0, logits) - labels * logits)  # -log Bernoulli(y; sigmoid)
+    assert row["val_nll"] == pytest.approx(expected, rel=1e-5)
+    assert row["val_nll"] != pytest.approx(row["test_nll"], rel=1e-3)
+
+
+def test_stage_keys_change_with_the_validation_split_only() -> None:
+    """A spec without validation keeps every stage key of one that says 0; holding rows
+    out changes the fits' and evaluations' keys."""
+
+    def keys(**data: Any) -> dict[str, str]:
+        spec = {**PIMA, "data": {**PIMA["data"], **data}}
+        return {name: stage.key for name, stage in bayesflow.prepare(bayesflow.load(spec)).plan.stages.items()}
+
+    plain, zero, held = keys(), keys(validation_fraction=0.0), keys(validation_fraction=0.2)
+    assert plain == zero
+    assert all(held[name] != plain[name] for name in plain if name.startswith(("fit/", "evaluate/")))
