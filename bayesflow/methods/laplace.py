@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from bayesflow.temperature import Tempering
 
 __all__ = [
+    "EVIDENCE_PRIORS",
     "METHODS",
     "LaplaceBase",
     "LaplaceDenseFisherSpec",
@@ -77,6 +78,10 @@ __all__ = [
 
 Curvature = Callable[["Problem", "Tensor", "Batch"], "Tensor"]
 
+# The priors (`prior.name`) whose Laplace evidence is logged and that `prior_variance: auto`
+# may replace: the normal ones (the evidence's closed form needs a Gaussian prior).
+EVIDENCE_PRIORS = frozenset({"diag_normal", "he_normal"})
+
 
 class LaplaceBase(MethodBase):
     """Fields shared by the Laplace approximations."""
@@ -85,6 +90,21 @@ class LaplaceBase(MethodBase):
         256, description="Minibatch size of the curvature pass; null for full batch."
     )
     prediction: Prediction = Field("sampled", description=PREDICTION_DESCRIPTION)
+    prior_variance: Literal["spec", "auto"] = Field(
+        "spec",
+        description="The prior of the Laplace posterior: `spec`, the spec's `prior` (the one "
+        "the `from` mode was found under); `auto`, one variance for every parameter chosen at "
+        "the mode to maximise the Laplace evidence (empirical Bayes, as laplace-torch's "
+        "post-hoc `optimize_prior_precision(method='marglik')`; the mode is not refitted). "
+        "Needs a normal prior (diag_normal or he_normal); logs `prior_variance_chosen`.",
+    )
+    noise_sd: Literal["spec", "auto"] = Field(
+        "spec",
+        description="For a gaussian likelihood with `prior_variance: auto`: `auto` chooses the "
+        "noise sd with the prior by the evidence (logs `noise_sd_chosen`) and the posterior's "
+        "curvature is rescaled to it; `spec` keeps `likelihood.noise_sd`. The evaluation's "
+        "predictive keeps `likelihood.noise_sd`.",
+    )
 
 
 class LaplaceSpec(LaplaceBase):
@@ -274,8 +294,14 @@ def locate(problem: Problem, index: int) -> str:
     return f"flat index {index}"
 
 
+# Settings that leave the curvature pass as it is: how the posterior predicts, and the
+# post-hoc prior and noise the evidence chooses from that curvature.
+POSTHOC_FIELDS = frozenset({"prediction", "prior_variance", "noise_sd"})
+
+
 def _laplace(name: str, spec: type[LaplaceBase], build: Callable[..., Engine]) -> Method:
-    traits = Traits(needs_mode=True, curvature=name.removeprefix("laplace_"), posterior="gaussian")
+    traits = Traits(needs_mode=True, curvature=name.removeprefix("laplace_"), posterior="gaussian",
+                    prediction_fields=POSTHOC_FIELDS)
     return Method(name, spec, traits, build)
 
 
