@@ -246,8 +246,8 @@ def test_chosen_prior_and_noise_match_a_grid_search_of_the_exact_evidence() -> N
         if moved < 1e-10:
             break
     assert moved < 1e-10
-    log_variances = np.linspace(math.log(variance) - 0.5, math.log(variance) + 0.5, 201)
-    log_noises = np.linspace(math.log(noise) - 0.2, math.log(noise) + 0.2, 201)
+    log_variances = np.linspace(math.log(variance) - 0.4, math.log(variance) + 0.4, 81)
+    log_noises = np.linspace(math.log(noise) - 0.2, math.log(noise) + 0.2, 81)
     grid = np.array([[exact_log_evidence(math.exp(a), math.exp(b)) for b in log_noises] for a in log_variances])
     row, column = np.unravel_index(grid.argmax(), grid.shape)
     assert math.log(variance) == pytest.approx(log_variances[row], abs=log_variances[1] - log_variances[0])

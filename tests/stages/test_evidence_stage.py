@@ -1,0 +1,69 @@
+"""Every Laplace fit logs its evidence; `prior_variance: auto` builds its posterior on the chosen prior."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bayesflow
+import bayesflow.variants
+from bayesflow.dag.cache import Cache
+from bayesflow.engines.base import Posterior
+from bayesflow.engines.curvature import diagonal_ggn
+from bayesflow.stages import POSTERIOR_FILE, StageRunner
+from bayesflow.tracking import InMemoryTracker
+from tests.conftest import write
+
+SPEC = """\
+name: evidence
+data: {name: sklearn_digits, test_fraction: 0.5}
+model: {name: mlp, hidden: [8]}
+likelihood: {name: categorical}
+prior: {name: diag_normal, variance: 1.0}
+temperature_convention: CONVENTION
+temperatures: [0.1, 1.0]
+seeds: [0]
+methods:
+  map: {engine: map, optimizer: {name: adam, lr: 0.01}, epochs: 20}
+  laplace: {engine: laplace_diag_ggn, from: map}
+  laplace_auto: {engine: laplace_diag_ggn, from: map, prior_variance: auto}
+evaluate: {n_samples: 4}
+report: {enabled: false}
+plots: []
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("convention", ["posterior", "likelihood"])
+def test_laplace_fits_log_their_evidence_and_use_the_chosen_prior(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, convention: str
+) -> None:
+    """log_evidence is T-free under a shared mode; the auto posterior is T / (C + c/v*)."""
+    monkeypatch.chdir(tmp_path)
+    loaded = bayesflow.load(write(tmp_path, SPEC.replace("CONVENTION", convention)))
+    result = bayesflow.run(loaded, tracker=InMemoryTracker())
+    assert result.exit_code == 0, result.outcome.errors
+    table = result.results().set_index(["method", "temperature"])
+    spec_prior = table.loc["laplace", "log_evidence"]
+    auto = table.loc["laplace_auto"]
+    assert np.isfinite(spec_prior).all() and (auto["prior_variance_chosen"] > 0).all()
+    assert (auto["log_evidence"] >= auto["log_evidence_spec_prior"]).all()
+    np.testing.assert_allclose(auto["log_evidence_spec_prior"], spec_prior, rtol=1e-12)
+    assert np.isnan(table.loc["laplace"].get("prior_variance_chosen", np.nan)).all()
+    if convention == "posterior":  # one mode and curvature for every temperature
+        assert spec_prior.nunique() == 1 and auto["prior_variance_chosen"].nunique() == 1
+    plan = bayesflow.plan(loaded)
+    cache = Cache(loaded.spec.execution.cache_dir)
+    runner = StageRunner(loaded, bayesflow.variants.load_data(loaded))
+    data = runner.dataset
+    for temperature in (0.1, 1.0):
+        stage = plan.stages[f"fit/laplace_auto/T={temperature:g}/seed=0"]
+        posterior = Posterior.from_arrays(dict(np.load(cache.get(stage.key).file(POSTERIOR_FILE))))
+        problem, _, tempering = runner.context.problem(stage)
+        assert posterior.mean is not None and posterior.var is not None
+        curvature = diagonal_ggn(problem, posterior.mean, (torch.as_tensor(data.x_train), torch.as_tensor(data.y_train)))
+        precision = tempering.prior_weight / float(auto.loc[temperature, "prior_variance_chosen"])
+        torch.testing.assert_close(posterior.var, temperature / (curvature + precision), rtol=1e-4, atol=0)
