@@ -25,9 +25,9 @@ state), otherwise built from its ``curvature`` tensor, (d,) diagonal or (d, d) d
 **Choosing the prior (and noise).** :func:`maximise_evidence` maximises the evidence over
 one prior precision α for every parameter (``prior_precision = α``; variance 1/α, as
 laplace-torch's scalar ``optimize_prior_precision(method='marglik')``) and, for a gaussian
-likelihood, over the noise sd σ, by L-BFGS with a strong-Wolfe line search on
-(log α, log σ) in float64: gradient ascent to convergence rather than a fixed number of
-Adam steps. In log α alone the objective is strictly concave (its derivative is
+likelihood, over the noise sd σ, by Newton steps on (log α, log σ) in float64 with
+Armijo backtracking (:func:`ascend`): run to convergence (gradient under 1e-9) rather than
+laplace-torch's fixed number of Adam steps. In log α alone the objective is strictly concave (its derivative is
 ½(γ − α‖θ*‖²) with γ = Σ μⱼ/(μⱼ + α) over C's eigenvalues μⱼ, MacKay's effective number of
 parameters, and its second derivative is negative), so the maximum is unique and is
 MacKay's fixed point α = γ / ‖θ*‖². The mode stays where it was found (the post-hoc
@@ -52,9 +52,9 @@ from bayesflow.errors import StageError
 
 __all__ = [
     "EvidenceChoice",
-    "choose_prior",
     "LogDet",
     "ModeFit",
+    "choose_prior",
     "dense_log_det",
     "diagonal_log_det",
     "gaussian_log_likelihood",
@@ -217,7 +217,7 @@ def maximise_evidence(
     noise_sd: float | None = None, exponent: int = 2, max_iterations: int = 500,
 ) -> EvidenceChoice:
     """Maximise the Laplace evidence over one prior precision α (and σ when ``noise_sd``
-    is given: a gaussian likelihood whose noise is chosen too) by L-BFGS in log space.
+    is given: a gaussian likelihood whose noise is chosen too) in log space (:func:`ascend`).
 
     Args:
         params: the mode θ* (d,).

@@ -42,6 +42,13 @@ curvature does not depend on T, so every temperature of a seed shares one curvat
 pass (a Laplace posterior at T is the same curvature rescaled); how a method predicts
 (``prediction``) does not change it either. One pass over the training data accumulates
 C; the minibatches only bound memory.
+
+Evidence: every Laplace fit under a normal prior logs ``log_evidence``, the Laplace log
+marginal likelihood of the *untempered* model, ``log p(D|θ*) + log p(θ*) + (d/2) log 2π −
+½ log det(C + prior_precision)`` (T does not enter). ``prior_variance: auto`` builds the
+posterior above on the prior variance that maximises it at θ* (and ``noise_sd: auto`` on
+the noise), θ* staying the mode found under the spec's prior; the fit stage does this
+(:func:`bayesflow.stages.fit.laplace_evidence`, :mod:`bayesflow.engines.evidence`).
 """
 
 from __future__ import annotations

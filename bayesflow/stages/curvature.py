@@ -40,12 +40,14 @@ def curvature(
     began = time.perf_counter()
     result = run_engine(engine, start, x_train, y_train, generator)
     fitted = mode_fit(problem, result.state.params, x_train, y_train, config.batch_size)
-    evidence = {"log_likelihood": fitted.log_likelihood, "num_data": fitted.num_data}
+    arrays = {
+        "params": result.state.params.cpu().numpy(), "curvature": result.state.curvature.cpu().numpy(),
+        "log_likelihood": np.float64(fitted.log_likelihood), "num_data": np.int64(fitted.num_data),
+    }
     if fitted.squared_error is not None:
-        evidence["squared_error"] = fitted.squared_error
+        arrays["squared_error"] = np.float64(fitted.squared_error)
     path = staging / CURVATURE_FILE
-    np.savez(path, params=result.state.params.cpu().numpy(),  # type: ignore[arg-type]  # numpy stubs: **arrays
-             curvature=result.state.curvature.cpu().numpy(), **evidence)
+    np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy stubs: **arrays
     return CurvatureArtefact(
         path, time.perf_counter() - began, int(result.steps), [float(v) for v in result.history]
     )

@@ -19,7 +19,6 @@ from bayesflow.engines.curvature import (
     diagonal_fisher,
     diagonal_ggn,
 )
-from bayesflow.errors import StageError
 from bayesflow.engines.evidence import (
     choose_prior,
     dense_log_det,
@@ -31,6 +30,7 @@ from bayesflow.engines.evidence import (
     noise_exponent,
     normal_log_prior,
 )
+from bayesflow.errors import StageError
 from bayesflow.likelihoods import categorical, gaussian
 from bayesflow.methods.laplace import LaplaceState
 from bayesflow.priors import diag_normal
@@ -217,7 +217,7 @@ def exact_log_evidence(variance: float, noise: float) -> float:
 def test_laplace_evidence_is_exact_for_linear_regression(variance: float, structure: str) -> None:
     """The dense GGN evidence is the Gaussian marginal likelihood; the diagonal one is not."""
     problem, mode, inputs, targets = linear_problem(variance, 0.8)
-    curvature_of, log_det_from = STRUCTURES[structure]
+    curvature_of, _ = STRUCTURES[structure]
     state = LaplaceState(mode, curvature_of(problem, mode, (inputs, targets)))
     _, _, metrics = choose_prior(problem, state, mode_fit(problem, mode, inputs, targets),
                                  curvature_name=f"{structure}_ggn")

@@ -62,10 +62,10 @@ def test_auto_in_the_prior_block_says_where_it_goes(tmp_path: Path) -> None:
 def test_noise_auto_needs_a_gaussian_likelihood(tmp_path: Path) -> None:
     """A categorical likelihood has no noise to choose."""
     found = problems(laplace_with(tmp_path, "    prior_variance: auto\n    noise_sd: auto\n"))
-    assert found == [
+    assert found == [(
         "methods.laplace.noise_sd: `auto` chooses a gaussian likelihood's noise sd, but "
         "`likelihood.name` is 'categorical'; drop it, or use `likelihood: {name: gaussian}`"
-    ]
+    )]
 
 
 def test_noise_auto_needs_the_prior_chosen_with_it(tmp_path: Path) -> None:
