@@ -39,7 +39,7 @@ def curvature(
     generator = context.generator(problem.device, stage.seed or 0)
     began = time.perf_counter()
     result = run_engine(engine, start, x_train, y_train, generator)
-    fitted = mode_fit(problem, result.state.params, x_train, y_train, config.batch_size)
+    fitted = mode_fit(problem, result.state.params, x_train, y_train, getattr(config, "batch_size", None))
     arrays = {
         "params": result.state.params.cpu().numpy(), "curvature": result.state.curvature.cpu().numpy(),
         "log_likelihood": np.float64(fitted.log_likelihood), "num_data": np.int64(fitted.num_data),

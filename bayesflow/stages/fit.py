@@ -97,7 +97,7 @@ def _fit(
     if method_of(config).traits.curvature is not None:
         from bayesflow.engines.evidence import mode_fit
 
-        fitted = mode_fit(problem, result.state.params, x_train, y_train, config.batch_size)
+        fitted = mode_fit(problem, result.state.params, x_train, y_train, getattr(config, "batch_size", None))
         laplace_posterior, evidence = laplace_evidence(context, stage, problem, tempering, result.state, fitted)
         result = result._replace(posterior=laplace_posterior)
     seconds = time.perf_counter() - began
@@ -162,7 +162,7 @@ def _rescaled_laplace(
         fitted = ModeFit(float(arrays["log_likelihood"]), int(arrays["num_data"]),
                          None if squared is None else float(squared))
     else:  # a curvature pass cached before it kept the data's fit at the mode
-        fitted = mode_fit(problem, params, *context.training_data(problem.device), config.batch_size)
+        fitted = mode_fit(problem, params, *context.training_data(problem.device), getattr(config, "batch_size", None))
     posterior, evidence = laplace_evidence(context, stage, problem, tempering, state, fitted)
     path = staging / POSTERIOR_FILE
     np.savez(path, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
