@@ -67,3 +67,44 @@ def test_laplace_fits_log_their_evidence_and_use_the_chosen_prior(
         curvature = diagonal_ggn(problem, posterior.mean, (torch.as_tensor(data.x_train), torch.as_tensor(data.y_train)))
         precision = tempering.prior_weight / float(auto.loc[temperature, "prior_variance_chosen"])
         torch.testing.assert_close(posterior.var, temperature / (curvature + precision), rtol=1e-4, atol=0)
+
+
+REGRESSION = """\
+name: evidence_regression
+data: {name: csv, path: "package:diabetes.csv", target: target, test_fraction: 0.25, split_seed: 0}
+model: {name: linear}
+likelihood: {name: gaussian, noise_sd: 0.7}
+prior: {name: diag_normal, variance: 1.0}
+temperatures: [0.1, 1.0]
+seeds: [0]
+methods:
+  map: {engine: map, optimizer: {name: adam, lr: 0.05}, epochs: 300, batch_size: null}
+  laplace_auto: {engine: laplace_dense_ggn, from: map, batch_size: null, prior_variance: auto, noise_sd: auto}
+evaluate: {n_samples: 4}
+report: {enabled: false}
+plots: []
+"""
+
+
+@pytest.mark.slow
+def test_the_chosen_noise_rescales_a_regression_posterior(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linear regression: the covariance is T · (XᵀX/σ*² + I/v*)⁻¹ with the chosen (v*, σ*)."""
+    monkeypatch.chdir(tmp_path)
+    loaded = bayesflow.load(write(tmp_path, REGRESSION))
+    result = bayesflow.run(loaded, tracker=InMemoryTracker())
+    assert result.exit_code == 0, result.outcome.errors
+    table = result.results().set_index(["method", "temperature"]).loc["laplace_auto"]
+    variance, noise = table.loc[1.0, "prior_variance_chosen"], table.loc[1.0, "noise_sd_chosen"]
+    assert noise != pytest.approx(0.7, rel=1e-3) and table["noise_sd_chosen"].nunique() == 1
+    plan = bayesflow.plan(loaded)
+    cache = Cache(loaded.spec.execution.cache_dir)
+    data = StageRunner(loaded, bayesflow.variants.load_data(loaded)).dataset
+    design = torch.cat([torch.as_tensor(data.x_train), torch.ones(len(data.x_train), 1, dtype=torch.float64)], 1)
+    precision = design.T @ design / noise**2 + torch.eye(design.shape[1], dtype=torch.float64) / variance
+    for temperature in (0.1, 1.0):
+        stage = plan.stages[f"fit/laplace_auto/T={temperature:g}/seed=0"]
+        posterior = Posterior.from_arrays(dict(np.load(cache.get(stage.key).file(POSTERIOR_FILE))))
+        assert posterior.cov is not None
+        expected = temperature * torch.linalg.inv(precision)
+        # float32 fits: entries agree to 1e-4 of the largest (near-zero covariances carry its rounding)
+        torch.testing.assert_close(posterior.cov.double(), expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
