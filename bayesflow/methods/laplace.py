@@ -48,7 +48,8 @@ marginal likelihood of the *untempered* model, ``log p(D|θ*) + log p(θ*) + (d/
 ½ log det(C + prior_precision)`` (T does not enter). ``prior_variance: auto`` builds the
 posterior above on the prior variance that maximises it at θ* (and ``noise_sd: auto`` on
 the noise), θ* staying the mode found under the spec's prior; the fit stage does this
-(:func:`bayesflow.stages.fit.laplace_evidence`, :mod:`bayesflow.engines.evidence`).
+(:func:`bayesflow.stages.fit.laplace_evidence`, :mod:`bayesflow.engines.evidence`,
+:mod:`bayesflow.engines.evidence_prior`).
 """
 
 from __future__ import annotations
@@ -97,17 +98,20 @@ class LaplaceBase(MethodBase):
         256, description="Minibatch size of the curvature pass; null for full batch."
     )
     prediction: Prediction = Field("sampled", description=PREDICTION_DESCRIPTION)
-    prior_variance: Literal["spec", "auto"] = Field(
+    prior_variance: Literal["spec", "auto", "auto_per_tensor"] = Field(
         "spec",
         description="The prior of the Laplace posterior: `spec`, the spec's `prior` (the one "
         "the `from` mode was found under); `auto`, one variance for every parameter chosen at "
         "the mode to maximise the Laplace evidence (empirical Bayes, as laplace-torch's "
-        "post-hoc `optimize_prior_precision(method='marglik')`; the mode is not refitted). "
-        "Needs a normal prior (diag_normal or he_normal); logs `prior_variance_chosen`.",
+        "post-hoc `optimize_prior_precision(method='marglik')`; the mode is not refitted), "
+        "logged as `prior_variance_chosen`; `auto_per_tensor`, one variance per parameter "
+        "tensor (laplace-torch's `prior_structure='layerwise'`), logged as "
+        "`prior_variance_chosen/<tensor>`. Needs a normal prior (diag_normal or he_normal).",
     )
     noise_sd: Literal["spec", "auto"] = Field(
         "spec",
-        description="For a gaussian likelihood with `prior_variance: auto`: `auto` chooses the "
+        description="For a gaussian likelihood with `prior_variance: auto` (or "
+        "`auto_per_tensor`): `auto` chooses the "
         "noise sd with the prior by the evidence (logs `noise_sd_chosen`) and the posterior's "
         "curvature is rescaled to it; `spec` keeps `likelihood.noise_sd`. The evaluation's "
         "predictive keeps `likelihood.noise_sd`.",

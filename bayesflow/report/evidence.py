@@ -41,6 +41,17 @@ def _number(values: pd.Series, digits: str = ".3f") -> str:
     return f"{format(numbers.mean(), digits)} ± {format(numbers.std(ddof=1), digits)}"
 
 
+def _variances(rows: pd.DataFrame) -> str:
+    """The chosen prior variance (mean ± sd over seeds), or each tensor's mean for
+    ``prior_variance: auto_per_tensor`` (``0.weight 0.25, 0.bias 0.31``)."""
+    if "prior_variance_chosen" in rows.columns and rows["prior_variance_chosen"].notna().any():
+        return _number(rows["prior_variance_chosen"], ".3g")
+    prefix = "prior_variance_chosen/"
+    tensors = [(column.removeprefix(prefix), pd.to_numeric(rows[column], errors="coerce").mean())
+               for column in rows.columns if column.startswith(prefix)]
+    return ", ".join(f"{name} {value:.3g}" for name, value in tensors if np.isfinite(value)) or "—"
+
+
 def _laplace_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The finished rows of methods that logged an evidence."""
     if "log_evidence" not in frame.columns:
@@ -85,10 +96,10 @@ def evidence_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFram
     table = []
     for method, group in rows.groupby("method", sort=False):
         untempered = _untempered(group)
-        chosen = "prior_variance_chosen" in group.columns and group["prior_variance_chosen"].notna().any()
+        chosen = "log_evidence_spec_prior" in group.columns and group["log_evidence_spec_prior"].notna().any()
         row = {"method": method, "prior": "evidence" if chosen else "spec"}
         row[SPEC_PRIOR] = _number(untempered["log_evidence_spec_prior" if chosen else "log_evidence"])
-        row[VARIANCE] = _number(untempered["prior_variance_chosen"], ".3g") if chosen else "—"
+        row[VARIANCE] = _variances(untempered) if chosen else "—"
         if noise:
             row[NOISE] = _number(untempered["noise_sd_chosen"], ".3g") if chosen else "—"
         row[CHOSEN_PRIOR] = _number(untempered["log_evidence"]) if chosen else "—"

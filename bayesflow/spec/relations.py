@@ -97,17 +97,18 @@ def _evidence_problems(
     prior: dict[str, Any] = data["prior"] if isinstance(data.get("prior"), dict) else {}
     likelihood: dict[str, Any] = data["likelihood"] if isinstance(data.get("likelihood"), dict) else {}
     prior_name = prior.get("name", "diag_normal")
-    if method.get("prior_variance") == "auto" and isinstance(prior_name, str) and prior_name not in EVIDENCE_PRIORS:
+    chosen = method.get("prior_variance") in ("auto", "auto_per_tensor")
+    if chosen and isinstance(prior_name, str) and prior_name not in EVIDENCE_PRIORS:
         problems.append((("methods", name, "prior_variance"), (
-            f"`auto` maximises the Laplace evidence over a normal prior's variance, but "
-            f"`prior.name` is {prior_name!r}; use prior {' or '.join(sorted(EVIDENCE_PRIORS))}, "
-            "or `prior_variance: spec`")))
+            f"`{method.get('prior_variance')}` maximises the Laplace evidence over a normal "
+            f"prior's variance, but `prior.name` is {prior_name!r}; use prior "
+            f"{' or '.join(sorted(EVIDENCE_PRIORS))}, or `prior_variance: spec`")))
     if method.get("noise_sd") == "auto":
         if likelihood.get("name") != "gaussian":
             problems.append((("methods", name, "noise_sd"), (
                 f"`auto` chooses a gaussian likelihood's noise sd, but `likelihood.name` is "
                 f"{likelihood.get('name')!r}; drop it, or use `likelihood: {{name: gaussian}}`")))
-        elif method.get("prior_variance") != "auto":
+        elif not chosen:
             problems.append((("methods", name, "noise_sd"),
                 "`auto` chooses the noise together with the prior; add `prior_variance: auto`"))
     return problems

@@ -178,24 +178,25 @@ def laplace_evidence(
     """A Laplace fit's posterior and evidence metrics from its state at the mode.
 
     With a normal prior the fit logs ``log_evidence`` (the untempered model's, so one
-    number for every temperature of a shared mode); with ``prior_variance: auto`` its
-    posterior uses the evidence-maximising prior variance (and, with ``noise_sd: auto``,
-    noise sd) instead of the spec's, the mode staying the one found under the spec's
-    prior (:func:`bayesflow.engines.evidence.choose_prior`). Other priors have no
+    number for every temperature of a shared mode); with ``prior_variance: auto`` (or
+    ``auto_per_tensor``) its posterior uses the evidence-maximising prior variance (one,
+    or one per parameter tensor; and, with ``noise_sd: auto``, noise sd) instead of the spec's, the mode staying the one found under the spec's
+    prior (:func:`bayesflow.engines.evidence_prior.choose_prior`). Other priors have no
     evidence here: the posterior is the engine's as it is.
     """
-    from bayesflow.engines.evidence import choose_prior
+    from bayesflow.engines.evidence_prior import choose_prior
 
     config = context.method(stage)
     builder = method_of(config).builder()
     if context.spec.prior.name not in EVIDENCE_PRIORS:
         return builder(problem, tempering, config).posterior(state), {}
-    auto = getattr(config, "prior_variance", "spec") == "auto"
+    setting = getattr(config, "prior_variance", "spec")
     noise = context.spec.likelihood.noise_sd if getattr(config, "noise_sd", "spec") == "auto" else None
     try:
         chosen, state, evidence = choose_prior(
             problem, state, fitted, curvature_name=method_of(config).traits.curvature or "",
-            prior_auto=auto, noise_sd=noise,
+            prior_auto=setting in ("auto", "auto_per_tensor"), noise_sd=noise,
+            per_tensor=setting == "auto_per_tensor",
         )
     except StageError as exc:
         raise StageError(f"{describe_cell(stage)}: {exc}") from exc

@@ -20,16 +20,15 @@ from bayesflow.engines.curvature import (
     diagonal_ggn,
 )
 from bayesflow.engines.evidence import (
-    choose_prior,
     dense_log_det,
     diagonal_log_det,
     log_det_of,
     log_evidence,
-    maximise_evidence,
     mode_fit,
     noise_exponent,
     normal_log_prior,
 )
+from bayesflow.engines.evidence_prior import choose_prior, maximise_evidence
 from bayesflow.errors import StageError
 from bayesflow.likelihoods import categorical, gaussian
 from bayesflow.methods.laplace import LaplaceState
@@ -142,8 +141,29 @@ def test_chosen_prior_equals_laplace_torch(task: str, structure: str) -> None:
     theirs = reference(model, task, structure, inputs, targets, 2.0)
     # laplace-torch's Adam (lr 0.1) on log α, run long enough to settle (its default is 100 steps).
     theirs.optimize_prior_precision(method="marglik", n_steps=1500, lr=0.1, init_prior_prec=2.0)  # type: ignore[attr-defined]
-    assert choice.prior_precision == pytest.approx(float(theirs.prior_precision), rel=1e-5)  # type: ignore[attr-defined]
+    assert choice.prior_precision[0] == pytest.approx(float(theirs.prior_precision), rel=1e-5)  # type: ignore[attr-defined]
     assert choice.log_evidence == pytest.approx(float(theirs.log_marginal_likelihood()), rel=1e-9)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("structure", ["diag", "full"])
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_chosen_prior_per_tensor_equals_laplace_torch_layerwise(task: str, structure: str) -> None:
+    """One precision per parameter tensor is laplace-torch's `prior_structure='layerwise'`."""
+    model, inputs, targets = network(task)
+    problem = bayesflow_problem(model, task, 0.5)
+    params = flat(model)
+    curvature_of, _ = STRUCTURES[structure]
+    state = LaplaceState(params, curvature_of(problem, params, (inputs, targets)))
+    _, _, metrics = choose_prior(problem, state, mode_fit(problem, params, inputs, targets),
+                                 curvature_name=f"{structure}_ggn", prior_auto=True, per_tensor=True)
+    theirs = reference(model, task, structure, inputs, targets, 2.0)
+    theirs.optimize_prior_precision(  # type: ignore[attr-defined]
+        method="marglik", n_steps=3000, lr=0.05, init_prior_prec=2.0, prior_structure="layerwise"
+    )
+    ours = [1 / metrics[f"prior_variance_chosen/{name}"] for name in problem.param_names]
+    assert len(ours) == 4 and "prior_variance_chosen" not in metrics
+    np.testing.assert_allclose(ours, theirs.prior_precision.detach().numpy(), rtol=1e-4)  # type: ignore[attr-defined]
+    assert metrics["log_evidence"] == pytest.approx(float(theirs.log_marginal_likelihood()), rel=1e-9)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("structure", ["diag", "full"])
@@ -158,11 +178,11 @@ def test_chosen_prior_and_noise_maximise_laplace_torch_evidence(structure: str) 
     choice = maximise_evidence(params, log_det_from(curvature), fitted, 2.0, noise_sd=NOISE)
     theirs = reference(model, "regression", structure, inputs, targets, 2.0)
     at_choice = theirs.log_marginal_likelihood(  # type: ignore[attr-defined]
-        torch.tensor(choice.prior_precision, dtype=torch.float64), torch.tensor(choice.noise_sd, dtype=torch.float64)
+        torch.tensor(choice.prior_precision[0], dtype=torch.float64), torch.tensor(choice.noise_sd, dtype=torch.float64)
     )
     assert choice.log_evidence == pytest.approx(float(at_choice), rel=1e-10)
     # A maximum of laplace-torch's function: its gradient in (log α, log σ) vanishes.
-    variables = torch.tensor([math.log(choice.prior_precision), math.log(choice.noise_sd)],  # type: ignore[arg-type]
+    variables = torch.tensor([math.log(choice.prior_precision[0]), math.log(choice.noise_sd)],  # type: ignore[arg-type]
                              dtype=torch.float64, requires_grad=True)
     theirs.log_marginal_likelihood(variables[0].exp(), variables[1].exp()).backward()  # type: ignore[attr-defined]
     assert variables.grad is not None
@@ -178,7 +198,11 @@ def test_chosen_prior_is_mackays_fixed_point() -> None:
     curvature = dense_ggn(problem, params, (inputs, targets))
     choice = maximise_evidence(params, dense_log_det(curvature), mode_fit(problem, params, inputs, targets), 0.1)
     eigenvalues = torch.linalg.eigvalsh(curvature)
-    alpha = choice.prior_precision
+    alpha = choice.prior_precision[0]
+    # The 0-d precision (eigenvalues) and the (d,) one (Cholesky) give one log-determinant.
+    by_eigenvalues = dense_log_det(curvature)(torch.tensor(alpha, dtype=torch.float64))
+    by_cholesky = dense_log_det(curvature)(torch.full_like(params, alpha))
+    assert float(by_eigenvalues) == pytest.approx(float(by_cholesky), rel=1e-12, abs=1e-12)
     gamma = float((eigenvalues / (eigenvalues + alpha)).sum())
     assert alpha == pytest.approx(gamma / float(params @ params), rel=1e-6)
 

@@ -51,6 +51,18 @@ def test_the_section_compares_the_chosen_prior_at_one_with_the_best_temperature(
             "(the spec's prior) at its best T = 0.1: 0.310 ± 0.007") in text
 
 
+def test_per_tensor_variances_are_listed_by_tensor() -> None:
+    """`auto_per_tensor` logs one variance per tensor; the table lists each tensor's mean."""
+    frame = with_evidence()
+    auto = frame["method"] == "laplace_auto"
+    frame = frame.drop(columns="prior_variance_chosen")
+    frame.loc[auto, "prior_variance_chosen/0.weight"] = 0.25
+    frame.loc[auto, "prior_variance_chosen/0.bias"] = 0.5 + 0.1 * frame.loc[auto, "seed"]
+    table = evidence.evidence_table(frame).set_index("method")
+    assert table.loc["laplace_auto", evidence.VARIANCE] == "0.weight 0.25, 0.bias 0.55"
+    assert table.loc["laplace_auto", "prior"] == "evidence"
+
+
 def test_no_laplace_no_table() -> None:
     """A frame without evidence gives an empty table and says why."""
     text, table = evidence.evidence_section(synthetic_results())

@@ -33,15 +33,17 @@ def test_auto_is_accepted_on_a_laplace_under_a_normal_prior(tmp_path: Path) -> N
     path = write(tmp_path, TINY_SPEC)
     assert problems(path, "methods.laplace.prior_variance=auto") == []
     assert problems(path, "methods.laplace.prior_variance=auto", "prior={name: he_normal}") == []
+    assert problems(path, "methods.laplace.prior_variance=auto_per_tensor") == []
 
 
+@pytest.mark.parametrize("setting", ["auto", "auto_per_tensor"])
 @pytest.mark.parametrize("prior", ["laplace", "none"])
-def test_auto_under_a_non_normal_prior_is_refused(tmp_path: Path, prior: str) -> None:
+def test_auto_under_a_non_normal_prior_is_refused(tmp_path: Path, prior: str, setting: str) -> None:
     """The evidence's closed form needs a normal prior; the message names the key and the fix."""
-    path = laplace_with(tmp_path, "    prior_variance: auto\n", prior=prior)
+    path = laplace_with(tmp_path, f"    prior_variance: {setting}\n", prior=prior)
     found = problems(path)
     assert len(found) == 1
-    assert found[0].startswith("methods.laplace.prior_variance: `auto` maximises the Laplace evidence")
+    assert found[0].startswith(f"methods.laplace.prior_variance: `{setting}` maximises the Laplace evidence")
     assert "use prior diag_normal or he_normal" in found[0]
 
 

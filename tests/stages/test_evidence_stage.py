@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ methods:
   map: {engine: map, optimizer: {name: adam, lr: 0.01}, epochs: 20}
   laplace: {engine: laplace_diag_ggn, from: map}
   laplace_auto: {engine: laplace_diag_ggn, from: map, prior_variance: auto}
+  laplace_tensor: {engine: laplace_diag_ggn, from: map, prior_variance: auto_per_tensor}
 evaluate: {n_samples: 4}
 report: {enabled: false}
 plots: []
@@ -67,6 +69,18 @@ def test_laplace_fits_log_their_evidence_and_use_the_chosen_prior(
         curvature = diagonal_ggn(problem, posterior.mean, (torch.as_tensor(data.x_train), torch.as_tensor(data.y_train)))
         precision = tempering.prior_weight / float(auto.loc[temperature, "prior_variance_chosen"])
         torch.testing.assert_close(posterior.var, temperature / (curvature + precision), rtol=1e-4, atol=0)
+        # One variance per tensor: each tensor's entries get its own.
+        stage = plan.stages[f"fit/laplace_tensor/T={temperature:g}/seed=0"]
+        posterior = Posterior.from_arrays(dict(np.load(cache.get(stage.key).file(POSTERIOR_FILE))))
+        row = table.loc[("laplace_tensor", temperature)]
+        variances = torch.cat([
+            torch.full((math.prod(shape),), float(row[f"prior_variance_chosen/{name}"]))
+            for name, shape in zip(problem.param_names, problem.param_shapes)
+        ])
+        assert row["log_evidence"] >= table.loc[("laplace_auto", temperature), "log_evidence"] - 1e-6
+        assert posterior.var is not None
+        expected = temperature / (curvature + tempering.prior_weight / variances)
+        torch.testing.assert_close(posterior.var, expected, rtol=1e-4, atol=0)
 
 
 REGRESSION = """\
