@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from bayesflow.engines.curvature import (
     diagonal_ggn,
 )
 from bayesflow.engines.evidence import (
+    ModeFit,
     dense_log_det,
     diagonal_log_det,
     log_det_of,
@@ -107,21 +109,42 @@ STRUCTURES: dict[str, tuple[Callable[..., Tensor], Callable[[Tensor], Callable[[
 }
 
 
+class Case(NamedTuple):
+    """One network and its data, bound to a bayesflow problem, with its GGN."""
+
+    model: nn.Module
+    inputs: Tensor
+    targets: Tensor
+    problem: Problem
+    state: LaplaceState
+    mode: ModeFit
+
+    @property
+    def params(self) -> Tensor:
+        return self.state.params
+
+
+def case(task: str, structure: str, variance: float = 0.5) -> Case:
+    """:func:`network` at its initial weights with the ``structure`` GGN there."""
+    model, inputs, targets = network(task)
+    problem = bayesflow_problem(model, task, variance)
+    params = flat(model)
+    curvature = STRUCTURES[structure][0](problem, params, (inputs, targets))
+    return Case(model, inputs, targets, problem, LaplaceState(params, curvature),
+                mode_fit(problem, params, inputs, targets, batch_size=7))
+
+
 @pytest.mark.parametrize("structure", ["diag", "full"])
 @pytest.mark.parametrize("task", ["classification", "regression"])
 @pytest.mark.parametrize("precision", [0.3, 2.0])
 def test_log_evidence_equals_laplace_torch(task: str, structure: str, precision: float) -> None:
     """log p(D|θ*) + log p(θ*) + (d/2) log 2π − ½ log det Λ is laplace-torch's marginal likelihood."""
-    model, inputs, targets = network(task)
-    problem = bayesflow_problem(model, task, 1.0 / precision)
-    params = flat(model)
-    curvature_of, log_det_from = STRUCTURES[structure]
-    curvature = curvature_of(problem, params, (inputs, targets))
-    fitted = mode_fit(problem, params, inputs, targets, batch_size=7)
+    found = case(task, structure, 1.0 / precision)
+    problem, params = found.problem, found.params
     ones = torch.ones_like(params)
-    ours = log_evidence(fitted.log_likelihood, normal_log_prior(params, precision * ones),
-                        params.numel(), log_det_from(curvature)(precision * ones))
-    theirs = reference(model, task, structure, inputs, targets, precision).log_marginal_likelihood()  # type: ignore[attr-defined]
+    ours = log_evidence(found.mode.log_likelihood, normal_log_prior(params, precision * ones),
+                        params.numel(), STRUCTURES[structure][1](found.state.curvature)(precision * ones))
+    theirs = reference(found.model, task, structure, found.inputs, found.targets, precision).log_marginal_likelihood()  # type: ignore[attr-defined]
     # float64 throughout; the two sum the same ~60 examples' terms in other orders.
     assert float(ours) == pytest.approx(float(theirs), rel=1e-10, abs=1e-10)
     # The log prior is the bound prior's own density.
@@ -132,13 +155,9 @@ def test_log_evidence_equals_laplace_torch(task: str, structure: str, precision:
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_chosen_prior_equals_laplace_torch(task: str, structure: str) -> None:
     """The evidence-maximising prior precision is laplace-torch's marglik optimum."""
-    model, inputs, targets = network(task)
-    problem = bayesflow_problem(model, task, 0.5)
-    params = flat(model)
-    curvature_of, log_det_from = STRUCTURES[structure]
-    curvature = curvature_of(problem, params, (inputs, targets))
-    choice = maximise_evidence(params, log_det_from(curvature), mode_fit(problem, params, inputs, targets), 2.0)
-    theirs = reference(model, task, structure, inputs, targets, 2.0)
+    found = case(task, structure)
+    choice = maximise_evidence(found.params, log_det_of(found.state), found.mode, 2.0)
+    theirs = reference(found.model, task, structure, found.inputs, found.targets, 2.0)
     # laplace-torch's Adam (lr 0.1) on log α, run long enough to settle (its default is 100 steps).
     theirs.optimize_prior_precision(method="marglik", n_steps=1500, lr=0.1, init_prior_prec=2.0)  # type: ignore[attr-defined]
     assert choice.prior_precision[0] == pytest.approx(float(theirs.prior_precision), rel=1e-5)  # type: ignore[attr-defined]
@@ -149,18 +168,14 @@ def test_chosen_prior_equals_laplace_torch(task: str, structure: str) -> None:
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_chosen_prior_per_tensor_equals_laplace_torch_layerwise(task: str, structure: str) -> None:
     """One precision per parameter tensor is laplace-torch's `prior_structure='layerwise'`."""
-    model, inputs, targets = network(task)
-    problem = bayesflow_problem(model, task, 0.5)
-    params = flat(model)
-    curvature_of, _ = STRUCTURES[structure]
-    state = LaplaceState(params, curvature_of(problem, params, (inputs, targets)))
-    _, _, metrics = choose_prior(problem, state, mode_fit(problem, params, inputs, targets),
-                                 curvature_name=f"{structure}_ggn", prior_auto=True, per_tensor=True)
-    theirs = reference(model, task, structure, inputs, targets, 2.0)
+    found = case(task, structure)
+    _, _, metrics = choose_prior(found.problem, found.state, found.mode, curvature_name=f"{structure}_ggn",
+                                 prior_auto=True, per_tensor=True)
+    theirs = reference(found.model, task, structure, found.inputs, found.targets, 2.0)
     theirs.optimize_prior_precision(  # type: ignore[attr-defined]
         method="marglik", n_steps=3000, lr=0.05, init_prior_prec=2.0, prior_structure="layerwise"
     )
-    ours = [1 / metrics[f"prior_variance_chosen/{name}"] for name in problem.param_names]
+    ours = [1 / metrics[f"prior_variance_chosen/{name}"] for name in found.problem.param_names]
     assert len(ours) == 4 and "prior_variance_chosen" not in metrics
     np.testing.assert_allclose(ours, theirs.prior_precision.detach().numpy(), rtol=1e-4)  # type: ignore[attr-defined]
     assert metrics["log_evidence"] == pytest.approx(float(theirs.log_marginal_likelihood()), rel=1e-9)  # type: ignore[attr-defined]
@@ -169,14 +184,9 @@ def test_chosen_prior_per_tensor_equals_laplace_torch_layerwise(task: str, struc
 @pytest.mark.parametrize("structure", ["diag", "full"])
 def test_chosen_prior_and_noise_maximise_laplace_torch_evidence(structure: str) -> None:
     """For regression, (α, σ) maximise laplace-torch's marginal likelihood in both."""
-    model, inputs, targets = network("regression")
-    problem = bayesflow_problem(model, "regression", 0.5)
-    params = flat(model)
-    curvature_of, log_det_from = STRUCTURES[structure]
-    curvature = curvature_of(problem, params, (inputs, targets))
-    fitted = mode_fit(problem, params, inputs, targets)
-    choice = maximise_evidence(params, log_det_from(curvature), fitted, 2.0, noise_sd=NOISE)
-    theirs = reference(model, "regression", structure, inputs, targets, 2.0)
+    found = case("regression", structure)
+    choice = maximise_evidence(found.params, log_det_of(found.state), found.mode, 2.0, noise_sd=NOISE)
+    theirs = reference(found.model, "regression", structure, found.inputs, found.targets, 2.0)
     at_choice = theirs.log_marginal_likelihood(  # type: ignore[attr-defined]
         torch.tensor(choice.prior_precision[0], dtype=torch.float64), torch.tensor(choice.noise_sd, dtype=torch.float64)
     )
@@ -192,11 +202,9 @@ def test_chosen_prior_and_noise_maximise_laplace_torch_evidence(structure: str) 
 
 def test_chosen_prior_is_mackays_fixed_point() -> None:
     """α = γ / ‖θ*‖², γ = Σ μⱼ/(μⱼ + α) over the curvature's eigenvalues (MacKay, 1992)."""
-    model, inputs, targets = network("classification")
-    problem = bayesflow_problem(model, "classification")
-    params = flat(model)
-    curvature = dense_ggn(problem, params, (inputs, targets))
-    choice = maximise_evidence(params, dense_log_det(curvature), mode_fit(problem, params, inputs, targets), 0.1)
+    found = case("classification", "full")
+    params, curvature = found.params, found.state.curvature
+    choice = maximise_evidence(params, dense_log_det(curvature), found.mode, 0.1)
     eigenvalues = torch.linalg.eigvalsh(curvature)
     alpha = choice.prior_precision[0]
     # The 0-d precision (eigenvalues) and the (d,) one (Cholesky) give one log-determinant.
@@ -282,13 +290,9 @@ def test_chosen_prior_and_noise_match_a_grid_search_of_the_exact_evidence() -> N
 
 def test_chosen_prior_matches_a_grid_search_of_the_laplace_evidence() -> None:
     """At a fixed mode, the chosen variance is the best of a fine grid of the same evidence."""
-    model, inputs, targets = network("classification")
-    problem = bayesflow_problem(model, "classification")
-    params = flat(model)
-    curvature = diagonal_ggn(problem, params, (inputs, targets))
-    state = LaplaceState(params, curvature)
-    fitted = mode_fit(problem, params, inputs, targets)
-    _, _, metrics = choose_prior(problem, state, fitted, curvature_name="diag_ggn", prior_auto=True)
+    found = case("classification", "diag")
+    params, state, fitted = found.params, found.state, found.mode
+    _, _, metrics = choose_prior(found.problem, state, fitted, curvature_name="diag_ggn", prior_auto=True)
     grid = np.exp(np.linspace(-8, 8, 4001))
     values = []
     for variance in grid:
