@@ -74,6 +74,22 @@ if not best.empty:
     display(Markdown(sections.flag_list(tables.best_cells(frame))))  # the flags of these fits
 
 # %% [markdown]
+# ## Evidence-chosen priors
+#
+# Wenzel et al. (2020) ask whether a cold posterior compensates for a poor prior. The
+# Laplace evidence $\log p(D) \approx \log p(D \mid \theta^*) + \log p(\theta^*) +
+# \tfrac{d}{2}\log 2\pi - \tfrac12 \log\det\Lambda$ chooses the prior by the data
+# alone (empirical Bayes); a Laplace method with `prior_variance: auto` uses that prior.
+
+# %%
+from bayesflow.report import evidence
+
+text, by_evidence = evidence.evidence_section(frame)
+display(Markdown(text))
+if not by_evidence.empty:
+    display(sections.styled(by_evidence))
+
+# %% [markdown]
 # ## Metrics against temperature
 #
 # Lines are the mean over seeds, bands ±1 standard deviation.

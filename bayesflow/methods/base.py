@@ -67,8 +67,8 @@ class Traits:
             ``loss_convergence`` (the loss has stopped falling; evaluate/flags.py).
         uses_prior: False when the method ignores the spec's prior (maximum likelihood).
         prediction_fields: settings that change how the posterior predicts but not the
-            fit (left out of the curvature key, so two methods differing only there share
-            one curvature pass).
+            curvature pass (left out of the curvature key, so two methods differing only
+            there share one pass): ``prediction``; a Laplace's post-hoc prior and noise.
         models, priors: the model and prior names (``model.name``, ``prior.name``) it is
             valid for, checked at validate; None: any (a closed form holds for some only).
     """

@@ -42,6 +42,14 @@ curvature does not depend on T, so every temperature of a seed shares one curvat
 pass (a Laplace posterior at T is the same curvature rescaled); how a method predicts
 (``prediction``) does not change it either. One pass over the training data accumulates
 C; the minibatches only bound memory.
+
+Evidence: every Laplace fit under a normal prior logs ``log_evidence``, the Laplace log
+marginal likelihood of the *untempered* model, ``log p(D|θ*) + log p(θ*) + (d/2) log 2π −
+½ log det(C + prior_precision)`` (T does not enter). ``prior_variance: auto`` builds the
+posterior above on the prior variance that maximises it at θ* (and ``noise_sd: auto`` on
+the noise), θ* staying the mode found under the spec's prior; the fit stage does this
+(:func:`bayesflow.stages.fit.laplace_evidence`, :mod:`bayesflow.engines.evidence`,
+:mod:`bayesflow.engines.evidence_prior`).
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ if TYPE_CHECKING:
     from bayesflow.temperature import Tempering
 
 __all__ = [
+    "EVIDENCE_PRIORS",
     "METHODS",
     "LaplaceBase",
     "LaplaceDenseFisherSpec",
@@ -77,6 +86,10 @@ __all__ = [
 
 Curvature = Callable[["Problem", "Tensor", "Batch"], "Tensor"]
 
+# The priors (`prior.name`) whose Laplace evidence is logged and that `prior_variance: auto`
+# may replace: the normal ones (the evidence's closed form needs a Gaussian prior).
+EVIDENCE_PRIORS = frozenset({"diag_normal", "he_normal"})
+
 
 class LaplaceBase(MethodBase):
     """Fields shared by the Laplace approximations."""
@@ -85,6 +98,24 @@ class LaplaceBase(MethodBase):
         256, description="Minibatch size of the curvature pass; null for full batch."
     )
     prediction: Prediction = Field("sampled", description=PREDICTION_DESCRIPTION)
+    prior_variance: Literal["spec", "auto", "auto_per_tensor"] = Field(
+        "spec",
+        description="The prior of the Laplace posterior: `spec`, the spec's `prior` (the one "
+        "the `from` mode was found under); `auto`, one variance for every parameter chosen at "
+        "the mode to maximise the Laplace evidence (empirical Bayes, as laplace-torch's "
+        "post-hoc `optimize_prior_precision(method='marglik')`; the mode is not refitted), "
+        "logged as `prior_variance_chosen`; `auto_per_tensor`, one variance per parameter "
+        "tensor (laplace-torch's `prior_structure='layerwise'`), logged as "
+        "`prior_variance_chosen/<tensor>`. Needs a normal prior (diag_normal or he_normal).",
+    )
+    noise_sd: Literal["spec", "auto"] = Field(
+        "spec",
+        description="For a gaussian likelihood with `prior_variance: auto` (or "
+        "`auto_per_tensor`): `auto` chooses the "
+        "noise sd with the prior by the evidence (logs `noise_sd_chosen`) and the posterior's "
+        "curvature is rescaled to it; `spec` keeps `likelihood.noise_sd`. The evaluation's "
+        "predictive keeps `likelihood.noise_sd`.",
+    )
 
 
 class LaplaceSpec(LaplaceBase):
@@ -274,8 +305,14 @@ def locate(problem: Problem, index: int) -> str:
     return f"flat index {index}"
 
 
+# Settings that leave the curvature pass as it is: how the posterior predicts, and the
+# post-hoc prior and noise the evidence chooses from that curvature.
+POSTHOC_FIELDS = frozenset({"prediction", "prior_variance", "noise_sd"})
+
+
 def _laplace(name: str, spec: type[LaplaceBase], build: Callable[..., Engine]) -> Method:
-    traits = Traits(needs_mode=True, curvature=name.removeprefix("laplace_"), posterior="gaussian")
+    traits = Traits(needs_mode=True, curvature=name.removeprefix("laplace_"), posterior="gaussian",
+                    prediction_fields=POSTHOC_FIELDS)
     return Method(name, spec, traits, build)
 
 

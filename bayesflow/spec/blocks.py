@@ -7,7 +7,7 @@ defaults and descriptions; the registries of :mod:`bayesflow.data`, :mod:`bayesf
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     ConfigDict,
@@ -213,6 +213,17 @@ class DiagNormalSpec(Strict):
         "pattern a tensor's name matches gives its variance; every tensor must match one "
         "and every pattern some tensor. Quote the patterns in YAML (`*` starts an alias).",
     )
+
+    @field_validator("variance", mode="before")
+    @classmethod
+    def _not_auto(cls, variance: Any) -> Any:
+        if variance == "auto":
+            raise ValueError(
+                "the evidence-chosen prior variance is a setting of a Laplace method, which "
+                "chooses it at its mode: write `prior_variance: auto` under that method "
+                "(methods.<name>) and a number here, the prior the mode is fitted under"
+            )
+        return variance
 
     @field_validator("variance")
     @classmethod

@@ -65,6 +65,7 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
                 f"{', '.join(sorted(traits.tasks))}"))
         if traits is not None:
             problems.extend(_block_problems(name, engine, traits, data))
+        problems.extend(_evidence_problems(name, method, data))
     problems.extend(_cycles(methods))
     problems.extend(_reference_problems(data.get("evaluate"), methods))
     return problems
@@ -83,6 +84,34 @@ def _block_problems(
             problems.append((("methods", name, "engine"),
                 f"{engine} is exact only for {block} {' or '.join(sorted(allowed))}, but "
                 f"`{block}.name` is {chosen!r}; use such a {block}, or another method"))
+    return problems
+
+
+def _evidence_problems(
+    name: str, method: dict[str, Any], data: dict[str, Any]
+) -> list[tuple[tuple[str, ...], str]]:
+    """A Laplace's evidence-chosen prior needs a normal prior; its chosen noise, a gaussian
+    likelihood and the prior chosen with it."""
+    from bayesflow.methods.laplace import EVIDENCE_PRIORS
+
+    problems: list[tuple[tuple[str, ...], str]] = []
+    prior: dict[str, Any] = data["prior"] if isinstance(data.get("prior"), dict) else {}
+    likelihood: dict[str, Any] = data["likelihood"] if isinstance(data.get("likelihood"), dict) else {}
+    prior_name = prior.get("name", "diag_normal")
+    chosen = method.get("prior_variance") in ("auto", "auto_per_tensor")
+    if chosen and isinstance(prior_name, str) and prior_name not in EVIDENCE_PRIORS:
+        problems.append((("methods", name, "prior_variance"), (
+            f"`{method.get('prior_variance')}` maximises the Laplace evidence over a normal "
+            f"prior's variance, but `prior.name` is {prior_name!r}; use prior "
+            f"{' or '.join(sorted(EVIDENCE_PRIORS))}, or `prior_variance: spec`")))
+    if method.get("noise_sd") == "auto":
+        if likelihood.get("name") != "gaussian":
+            problems.append((("methods", name, "noise_sd"), (
+                f"`auto` chooses a gaussian likelihood's noise sd, but `likelihood.name` is "
+                f"{likelihood.get('name')!r}; drop it, or use `likelihood: {{name: gaussian}}`")))
+        elif not chosen:
+            problems.append((("methods", name, "noise_sd"),
+                "`auto` chooses the noise together with the prior; add `prior_variance: auto`"))
     return problems
 
 

@@ -85,6 +85,9 @@ class FitArtefact:
         vectorized: fitted as one cell of a ``fit_group``.
         shared_curvature_seconds: for a Laplace fit rescaled from a shared curvature
             pass, that pass's time.
+        evidence: a Laplace fit's ``log_evidence`` and, for an evidence-chosen prior,
+            ``log_evidence_spec_prior``, ``prior_variance_chosen``, ``noise_sd_chosen``
+            (:mod:`bayesflow.engines.evidence`); logged as metrics.
     """
 
     posterior: Path
@@ -95,6 +98,7 @@ class FitArtefact:
     diagnostics: dict[str, float] = field(default_factory=dict)
     vectorized: bool = False
     shared_curvature_seconds: float | None = None
+    evidence: dict[str, float] = field(default_factory=dict)
 
     def values(self) -> dict[str, Any]:
         """The cache's JSON values."""
@@ -106,14 +110,16 @@ class FitArtefact:
             values["vectorized"] = True
         if self.shared_curvature_seconds is not None:
             values["shared_curvature_seconds"] = self.shared_curvature_seconds
+        if self.evidence:
+            values["evidence"] = self.evidence
         return values
 
     def metrics(self) -> dict[str, float]:
-        """The summary metrics of the fit: ``fit_seconds``, ``steps`` and the summary
-        diagnostics (:data:`SUMMARY_DIAGNOSTICS`); the others are in
-        :meth:`diagnostics_table`."""
+        """The summary metrics of the fit: ``fit_seconds``, ``steps``, the summary
+        diagnostics (:data:`SUMMARY_DIAGNOSTICS`; the others are in
+        :meth:`diagnostics_table`) and a Laplace fit's ``evidence``."""
         summaries = {key: value for key, value in self.diagnostics.items() if key in SUMMARY_DIAGNOSTICS}
-        return {"fit_seconds": self.fit_seconds, "steps": float(self.steps), **summaries}
+        return {"fit_seconds": self.fit_seconds, "steps": float(self.steps), **summaries, **self.evidence}
 
     def diagnostics_table(self) -> dict[str, Any]:
         """Every diagnostic as one table, in the form of ``mlflow.log_table``'s JSON:
@@ -153,7 +159,7 @@ class FitArtefact:
             entry.file(POSTERIOR_FILE), float(values["fit_seconds"]), int(values["steps"]),
             list(values.get("history", [])), dict(values.get("traces", {})),
             dict(values.get("diagnostics", {})), bool(values.get("vectorized", False)),
-            values.get("shared_curvature_seconds"),
+            values.get("shared_curvature_seconds"), dict(values.get("evidence", {})),
         )
 
 

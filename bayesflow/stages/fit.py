@@ -7,6 +7,9 @@ Its upstream artefact, if any, says how:
   mean, or, with ``parameters``, infer only those tensors with the others fixed there;
 - a :class:`~bayesflow.stages.artefacts.CurvatureArtefact`: a Laplace posterior rescaled
   from a curvature pass shared by every temperature (no data pass);
+
+every Laplace fit (a method with a ``curvature`` trait) also gets its evidence, and with
+``prior_variance: auto`` the evidence-chosen prior (:func:`laplace_evidence`);
 - a :class:`~bayesflow.stages.artefacts.FitGroupArtefact`: a cell of a vectorised grid,
   which only takes its own posterior out of the group.
 
@@ -24,6 +27,7 @@ import numpy as np
 
 from bayesflow.dag.plan import Stage
 from bayesflow.errors import DivergenceError, StageError
+from bayesflow.methods.laplace import EVIDENCE_PRIORS
 from bayesflow.methods.registry import method_of
 from bayesflow.report.bundle import link_or_copy
 from bayesflow.stages.artefacts import (
@@ -35,7 +39,7 @@ from bayesflow.stages.artefacts import (
 )
 from bayesflow.stages.context import WorkflowContext, describe_cell
 
-__all__ = ["fit", "load_posterior", "sampler_traces", "starting_point"]
+__all__ = ["fit", "laplace_evidence", "load_posterior", "sampler_traces", "starting_point"]
 
 
 def fit(
@@ -89,6 +93,13 @@ def _fit(
                             on_state=sampler_traces(tempering, config, problem.num_data, traces))
     except DivergenceError as exc:
         raise DivergenceError(f"{describe_cell(stage)} diverged: {exc}") from exc
+    evidence: dict[str, float] = {}
+    if method_of(config).traits.curvature is not None:
+        from bayesflow.engines.evidence import mode_fit
+
+        fitted = mode_fit(problem, result.state.params, x_train, y_train, getattr(config, "batch_size", None))
+        laplace_posterior, evidence = laplace_evidence(context, stage, problem, tempering, result.state, fitted)
+        result = result._replace(posterior=laplace_posterior)
     seconds = time.perf_counter() - began
     diagnostics = {}
     if context.spec.evaluate.diagnostics:
@@ -103,7 +114,7 @@ def _fit(
     np.savez(path, **posterior.to_arrays(full_problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
     return FitArtefact(
         path, seconds, int(result.steps), [float(value) for value in result.history], traces,
-        diagnostics,
+        diagnostics, evidence=evidence,
     )
 
 
@@ -134,9 +145,11 @@ def _rescaled_laplace(
     """A Laplace fit at one temperature from a shared curvature pass: no data pass."""
     import torch
 
+    from bayesflow.engines.evidence import ModeFit, mode_fit
+
     problem, _, tempering = context.problem(stage)
     config = context.method(stage)
-    arrays = np.load(source.file)
+    arrays = dict(np.load(source.file))
     engine = method_of(config).builder()(problem, tempering, config)
     params = torch.as_tensor(arrays["params"], device=problem.device)
     # The engine's own state type, with the shared pass's curvature in it.
@@ -144,12 +157,50 @@ def _rescaled_laplace(
         curvature=torch.as_tensor(arrays["curvature"], device=problem.device)
     )
     began = time.perf_counter()
-    posterior = engine.posterior(state)
+    if "log_likelihood" in arrays:
+        squared = arrays.get("squared_error")
+        fitted = ModeFit(float(arrays["log_likelihood"]), int(arrays["num_data"]),
+                         None if squared is None else float(squared))
+    else:  # a curvature pass cached before it kept the data's fit at the mode
+        fitted = mode_fit(problem, params, *context.training_data(problem.device), getattr(config, "batch_size", None))
+    posterior, evidence = laplace_evidence(context, stage, problem, tempering, state, fitted)
     path = staging / POSTERIOR_FILE
     np.savez(path, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
     return FitArtefact(
-        path, time.perf_counter() - began, 0, shared_curvature_seconds=source.fit_seconds
+        path, time.perf_counter() - began, 0, shared_curvature_seconds=source.fit_seconds,
+        evidence=evidence,
     )
+
+
+def laplace_evidence(
+    context: WorkflowContext, stage: Stage, problem: Any, tempering: Any, state: Any, fitted: Any
+) -> tuple[Any, dict[str, float]]:
+    """A Laplace fit's posterior and evidence metrics from its state at the mode.
+
+    With a normal prior the fit logs ``log_evidence`` (the untempered model's, so one
+    number for every temperature of a shared mode); with ``prior_variance: auto`` (or
+    ``auto_per_tensor``) its posterior uses the evidence-maximising prior variance (one,
+    or one per parameter tensor; and, with ``noise_sd: auto``, noise sd) instead of the spec's, the mode staying the one found under the spec's
+    prior (:func:`bayesflow.engines.evidence_prior.choose_prior`). Other priors have no
+    evidence here: the posterior is the engine's as it is.
+    """
+    from bayesflow.engines.evidence_prior import choose_prior
+
+    config = context.method(stage)
+    builder = method_of(config).builder()
+    if context.spec.prior.name not in EVIDENCE_PRIORS:
+        return builder(problem, tempering, config).posterior(state), {}
+    setting = getattr(config, "prior_variance", "spec")
+    noise = context.spec.likelihood.noise_sd if getattr(config, "noise_sd", "spec") == "auto" else None
+    try:
+        chosen, state, evidence = choose_prior(
+            problem, state, fitted, curvature_name=method_of(config).traits.curvature or "",
+            prior_auto=setting in ("auto", "auto_per_tensor"), noise_sd=noise,
+            per_tensor=setting == "auto_per_tensor",
+        )
+    except StageError as exc:
+        raise StageError(f"{describe_cell(stage)}: {exc}") from exc
+    return builder(chosen, tempering, config).posterior(state), evidence
 
 
 def _group_cell(stage: Stage, group: FitGroupArtefact, staging: Path) -> FitArtefact:
