@@ -372,8 +372,8 @@ def kronecker_log_det(layers: Layers, packed: Tensor) -> Callable[[Tensor], Tens
     :data:`~bayesflow.engines.evidence.LogDet`). A precision varying within a block raises
     :class:`~bayesflow.errors.StageError`.
     """
-    blocks = [(name, index, values.detach().to(torch.float64))
-              for name, index, _, _, values in curvature_eigenbases(layers, packed)]
+    blocks = [(name, index, values)
+              for name, index, _, _, values in curvature_eigenbases(layers, packed.detach().double())]
 
     def log_det(prior_precision: Tensor) -> Tensor:
         precision = prior_precision.to(torch.float64)

@@ -15,24 +15,13 @@ from bayesflow.engines.base import Posterior
 from bayesflow.stages import POSTERIOR_FILE, StageRunner
 from bayesflow.tracking import InMemoryTracker
 from tests.conftest import write
+from tests.stages.test_evidence_stage import REGRESSION
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
-SPEC = """\
-name: chosen_noise
-data: {name: csv, path: "package:diabetes.csv", target: target, test_fraction: 0.25, split_seed: 0}
-model: {name: linear}
-likelihood: {name: gaussian, noise_sd: 0.3}
-prior: {name: diag_normal, variance: 1.0}
-temperatures: [0.1, 1.0]
-seeds: [0]
-methods:
-  map: {engine: map, optimizer: {name: adam, lr: 0.05}, epochs: 300, batch_size: null}
-  laplace_auto: {engine: laplace_dense_ggn, from: map, batch_size: null, prior_variance: auto, noise_sd: auto}
-evaluate: {n_samples: 4000}
-report: {enabled: false}
-plots: []
-"""
+# The evidence stage test's linear regression on diabetes, its spec noise far from the
+# chosen one, and enough draws for a Monte Carlo predictive close to its closed form.
+SPEC = REGRESSION.replace("noise_sd: 0.7", "noise_sd: 0.3").replace("n_samples: 4}", "n_samples: 4000}")
 
 
 def gaussian_nll(mean: np.ndarray, variance: np.ndarray, targets: np.ndarray) -> float:
@@ -52,6 +41,7 @@ def test_regression_predictive_uses_the_chosen_noise(tmp_path: Path, monkeypatch
     1e-3 at most (measured: 8e-5 at T = 0.1, 3e-4 at T = 1); the spec's σ gives an NLL more
     than 1.2 away.
     """
+    assert "noise_sd: 0.3" in SPEC and "n_samples: 4000" in SPEC  # the replacements took
     monkeypatch.chdir(tmp_path)
     loaded = bayesflow.load(write(tmp_path, SPEC))
     result = bayesflow.run(loaded, tracker=InMemoryTracker())
