@@ -21,6 +21,7 @@ METHODS = {
     "kfac": {"engine": "laplace_kfac_ggn", "from": "map"},
     "kfac_last": {"engine": "laplace_kfac_fisher", "from": "map", "parameters": ["2.*"],
                   "prediction": "linearized"},
+    "kfac_auto": {"engine": "laplace_kfac_ggn", "from": "map", "prior_variance": "auto"},
 }
 
 
@@ -70,3 +71,19 @@ def test_kfac_workflow_shares_its_curvature_and_stores_the_blocks(tmp_path: Path
     dense = torch.distributions.MultivariateNormal(warm.mean.double(), covariance_matrix=covariance)
     torch.testing.assert_close(fitted.log_prob(draws).double(), dense.log_prob(draws.double()),
                                rtol=1e-4, atol=1e-2)
+
+    # Every KFAC fit logs its evidence, one number for both temperatures of the shared
+    # mode; `prior_variance: auto` raises it and its posterior moves with the chosen prior
+    # (exact values against laplace-torch: tests/engines/test_evidence_kfac.py).
+    table = frame.set_index(["method", "temperature"])
+    for method in ("kfac", "kfac_last", "kfac_auto"):
+        evidence = table.loc[method, "log_evidence"]
+        assert evidence.notna().all() and evidence.nunique() == 1, (method, evidence)
+    auto = table.loc["kfac_auto"]
+    assert (auto["log_evidence_spec_prior"] == table.loc["kfac", "log_evidence"]).all()
+    assert (auto["log_evidence"] > auto["log_evidence_spec_prior"]).all()
+    assert auto["prior_variance_chosen"].nunique() == 1
+    chosen_cold, chosen_warm = (Posterior.from_arrays(dict(arrays[runs["kfac_auto", t]])) for t in (0.1, 1.0))
+    assert chosen_cold.var is not None and chosen_warm.var is not None
+    torch.testing.assert_close(chosen_cold.var, 0.1 * chosen_warm.var, rtol=1e-5, atol=1e-12)
+    assert not torch.allclose(chosen_warm.var, warm.var, rtol=1e-2)

@@ -24,8 +24,9 @@ full batch it equals laplace-torch's ``hessian_structure="kron"`` (curvlinops ba
 whose input factor is the mean over rows and gradient factor the sum.
 
 The curvature pass keeps ``Σ aaᵀ``, ``G`` and R of every layer packed in one flat tensor
-(:func:`factor_size`), the ``curvature`` of a :class:`~bayesflow.methods.laplace.LaplaceState`
-that the curvature stage saves and shares between temperatures. :func:`kronecker_posterior`
+(:func:`factor_size`), the ``curvature`` of a :class:`~bayesflow.methods.laplace_kfac.KfacState`
+that the curvature stage saves and shares between temperatures; the evidence reads it by
+:func:`kronecker_log_det`. :func:`kronecker_posterior`
 turns it into the posterior ``N(θ*, T · (C + c·δ)⁻¹)`` by the eigendecompositions
 ``A = Q_A diag(α) Q_Aᵀ`` and ``G = Q_G diag(γ) Q_Gᵀ``: the precision's eigenvalues are
 ``γₚ αₑ + c δ`` for a weight and ``γₚ + c δ`` for a bias, with δ the block's prior
@@ -52,11 +53,14 @@ __all__ = [
     "KfacLayer",
     "accumulate_factors",
     "check_prior",
+    "curvature_eigenbases",
     "factor_size",
     "kfac_layers",
+    "kronecker_log_det",
     "kronecker_posterior",
     "log_det_precision",
     "precision_eigenvalues",
+    "unpack",
 ]
 
 FactorKind = Literal["ggn", "fisher"]
@@ -274,52 +278,64 @@ def _output_gradients(
     ]
 
 
-Eigenbasis = tuple[Tensor, Tensor, Tensor, Tensor]
+Eigenbasis = tuple[str, Tensor, Tensor, Tensor, Tensor]
 
 
-def precision_eigenvalues(
-    problem: Problem, layers: Layers, packed: Tensor, prior_weight: float
-) -> list[Eigenbasis]:
-    """Every block's index (g, a), eigenvectors Q_G and Q_A, and the eigenvalues (g, a) of
-    its full-data precision ``C + c·δ`` (module docstring)."""
+def curvature_eigenbases(layers: Layers, packed: Tensor) -> list[Eigenbasis]:
+    """Every block's layer name, index (g, a), eigenvectors Q_G and Q_A, and the
+    eigenvalues (g, a) of its curvature: ``γₚ αₑ`` for a weight, ``γₚ`` for a bias."""
     result = []
     for layer, (inputs, outputs, rows) in zip(layers.layers, unpack(layers, packed)):
         alpha, input_vectors = torch.linalg.eigh(inputs / rows.clamp(min=1))
         gamma, output_vectors = torch.linalg.eigh(outputs)
         alpha, gamma = alpha.clamp(min=0), gamma.clamp(min=0)
         if layer.weight is not None:
-            prior = prior_weight * block_prior(problem, layer, layer.weight)
-            result.append((layer.weight, output_vectors, input_vectors,
-                           torch.outer(gamma, alpha) + prior))
+            result.append((layer.name, layer.weight, output_vectors, input_vectors,
+                           torch.outer(gamma, alpha)))
         if layer.bias is not None:
-            prior = prior_weight * block_prior(problem, layer, layer.bias)
-            result.append((layer.bias, output_vectors, gamma.new_ones(1, 1),
-                           gamma.unsqueeze(1) + prior))
+            result.append((layer.name, layer.bias, output_vectors, gamma.new_ones(1, 1),
+                           gamma.unsqueeze(1)))
     return result
+
+
+def precision_eigenvalues(
+    problem: Problem, layers: Layers, packed: Tensor, prior_weight: float
+) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """Every block's index (g, a), eigenvectors Q_G and Q_A, and the eigenvalues (g, a) of
+    its full-data precision ``C + c·δ`` (module docstring), δ read from
+    ``problem.prior_precision`` (so a problem with an evidence-chosen prior moves them)."""
+    return [
+        (index, output_vectors, input_vectors,
+         values + prior_weight * block_prior(problem.prior_precision, name, index))
+        for name, index, output_vectors, input_vectors, values in curvature_eigenbases(layers, packed)
+    ]
 
 
 def check_prior(problem: Problem, layers: Layers) -> None:
     """Refuse a prior whose precision varies within a block (:func:`block_prior`)."""
-    for layer in layers.layers:
-        for index in (layer.weight, layer.bias):
-            if index is not None:
-                block_prior(problem, layer, index)
+    for name, index in ((layer.name, index) for layer in layers.layers
+                        for index in (layer.weight, layer.bias) if index is not None):
+        block_prior(problem.prior_precision, name, index)
 
 
-def block_prior(problem: Problem, layer: KfacLayer, index: Tensor) -> Tensor:
-    """The one prior precision δ of a block.
+def block_prior(precision: Tensor, name: str, index: Tensor) -> Tensor:
+    """The one prior precision δ (0-d) of the block at ``index`` of layer ``name``, from a
+    (d,) precision (differentiable in it), or a 0-d one as it is.
 
     Raises:
-        StageError: the prior's precision varies within the block.
+        StageError: the precision varies within the block.
     """
-    values = problem.prior_precision[index.to(problem.prior_precision.device)]
-    if bool((values.max() - values.min()).abs() > 1e-6 * values.max().abs()):
+    if precision.ndim == 0:
+        return precision
+    values = precision[index.to(precision.device).reshape(-1)]
+    spread = (values.max() - values.min()).abs().detach()
+    if bool(spread > 1e-6 * values.max().abs().detach()):
         raise StageError(
-            f"KFAC: the prior precision varies within a tensor of layer {layer.name!r} "
+            f"KFAC: the prior precision varies within a tensor of layer {name!r} "
             f"({float(values.min()):g} to {float(values.max()):g}); KFAC needs one prior "
             "precision per tensor (a `diag_normal` prior)"
         )
-    return values.reshape(-1)[0]
+    return values[0]
 
 
 def kronecker_posterior(
@@ -347,14 +363,34 @@ def kronecker_posterior(
     return KroneckerCovariance(tuple(blocks))
 
 
+def kronecker_log_det(layers: Layers, packed: Tensor) -> Callable[[Tensor], Tensor]:
+    """``p -> log det(C + diag p)`` of a KFAC curvature, ``Σ log(γₚ αₑ + δ)`` over every
+    block's eigenvalues (the factors are decomposed once, here, in float64).
+
+    ``p`` is one precision for every parameter (0-d) or a (d,) one that is constant within
+    each block (one per tensor); the result is differentiable in it (the evidence's
+    :data:`~bayesflow.engines.evidence.LogDet`). A precision varying within a block raises
+    :class:`~bayesflow.errors.StageError`.
+    """
+    blocks = [(name, index, values)
+              for name, index, _, _, values in curvature_eigenbases(layers, packed.detach().double())]
+
+    def log_det(prior_precision: Tensor) -> Tensor:
+        precision = prior_precision.to(torch.float64)
+        total = precision.new_zeros(())
+        for name, index, values in blocks:
+            total = total + torch.log(values + block_prior(precision, name, index)).sum()
+        return total
+
+    return log_det
+
+
 def log_det_precision(problem: Problem, packed: Tensor, prior_weight: float = 1.0) -> Tensor:
-    """``log det (C + c·δ)`` of a KFAC Laplace's full-data precision (a scalar).
+    """``log det (C + c·δ)`` of a KFAC Laplace's full-data precision (a scalar, float64).
 
     The tempered posterior's precision is this matrix over T, so its log determinant is
     this minus ``d · log T``. ``packed`` is the curvature of a KFAC Laplace state (a
     ``curvature.npz``'s ``curvature``) on ``problem``.
     """
-    engine = "laplace_kfac"
-    layers = kfac_layers(problem, engine)
-    eigenvalues = precision_eigenvalues(problem, layers, packed, prior_weight)
-    return sum((values.log().sum() for *_, values in eigenvalues), packed.new_zeros(()))
+    layers = kfac_layers(problem, "laplace_kfac")
+    return kronecker_log_det(layers, packed)(prior_weight * problem.prior_precision)

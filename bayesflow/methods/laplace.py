@@ -114,7 +114,8 @@ class LaplaceBase(MethodBase):
         "`auto_per_tensor`): `auto` chooses the "
         "noise sd with the prior by the evidence (logs `noise_sd_chosen`) and the posterior's "
         "curvature is rescaled to it; `spec` keeps `likelihood.noise_sd`. The evaluation's "
-        "predictive keeps `likelihood.noise_sd`.",
+        "regression predictive adds the noise the posterior was built on (the chosen one "
+        "with `auto`).",
     )
 
 

@@ -30,11 +30,19 @@ Temperature as every Laplace method (:mod:`bayesflow.methods.laplace`): covarian
 curvature (the sums ``Σ aaᵀ``, G and the row counts) does not depend on T, so one pass
 per seed serves every temperature. ``log det Λ`` is
 :func:`bayesflow.engines.kfac.log_det_precision`.
+
+Evidence: the state (:class:`KfacState`) gives the Laplace evidence its
+``log_det(prior_precision) = Σ log(γₚ αₑ + δ)`` over the blocks (one prior precision for
+every parameter, or one per tensor, differentiable in it) and ``scaled(factor)`` (the
+curvature of another noise sd: the G factors scaled), so a KFAC fit logs
+``log_evidence`` and takes ``prior_variance: auto | auto_per_tensor`` and ``noise_sd: auto``
+as every Laplace does (:mod:`bayesflow.engines.evidence`); the posterior reads the prior
+precision of the problem it is built on, the evidence-chosen one included.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import Field
 
@@ -45,11 +53,11 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from bayesflow.engines.base import Batch, Engine, Posterior, Problem
-    from bayesflow.engines.kfac import FactorKind
-    from bayesflow.methods.laplace import LaplaceState
+    from bayesflow.engines.evidence import LogDet
+    from bayesflow.engines.kfac import FactorKind, Layers
     from bayesflow.temperature import Tempering
 
-__all__ = ["METHODS", "LaplaceKfacFisherSpec", "LaplaceKfacGGNSpec", "build_kfac"]
+__all__ = ["METHODS", "KfacState", "LaplaceKfacFisherSpec", "LaplaceKfacGGNSpec", "build_kfac"]
 
 
 class LaplaceKfacGGNSpec(LaplaceBase):
@@ -62,6 +70,41 @@ class LaplaceKfacFisherSpec(LaplaceBase):
     """Kronecker-factored Laplace with the empirical Fisher curvature, around `from`."""
 
     engine: Literal["laplace_kfac_fisher"] = Field(description="Registry name of the engine.")
+
+
+class KfacState(NamedTuple):
+    """The state of a KFAC Laplace fit.
+
+    Attributes:
+        params: the mode θ* (d,).
+        curvature: every layer's Σ aaᵀ, G and row count R summed over the examples seen
+            so far, packed flat (:func:`bayesflow.engines.kfac.factor_size`).
+        layers: the layers the factors belong to (what unpacks them).
+    """
+
+    params: Tensor
+    curvature: Tensor
+    layers: Layers
+
+    @property
+    def log_det(self) -> LogDet:
+        """``p -> log det(C + diag p)``, the curvature's eigendecomposition done once per
+        access (:func:`bayesflow.engines.kfac.kronecker_log_det`); called as a method,
+        ``state.log_det(p)``, it is the number."""
+        from bayesflow.engines.kfac import kronecker_log_det
+
+        return kronecker_log_det(self.layers, self.curvature)
+
+    def scaled(self, factor: float) -> KfacState:
+        """The state of the curvature ``factor · C`` (the curvature at another noise sd):
+        every layer's G, which its weight's ``G ⊗ A`` and its bias's G share, times
+        ``factor``; Σ aaᵀ and R as they are."""
+        from bayesflow.engines.kfac import unpack
+
+        curvature = self.curvature.clone()
+        for _, outputs, _ in unpack(self.layers, curvature):
+            outputs.mul_(factor)  # a view into `curvature`
+        return self._replace(curvature=curvature)
 
 
 def build_kfac(
@@ -83,25 +126,23 @@ def build_kfac(
         kfac_layers,
         kronecker_posterior,
     )
-    from bayesflow.methods.laplace import LaplaceState
-
     layers = kfac_layers(problem, name)
     size = factor_size(layers)
     temperature, prior_weight = tempering.temperature, tempering.prior_weight
     check_prior(problem, layers)  # at build, not after a curvature pass
 
-    def init(params: Tensor, generator: torch.Generator) -> LaplaceState:
+    def init(params: Tensor, generator: torch.Generator) -> KfacState:
         # Deterministic: the generator is unused.
         params = params.detach().clone()
-        return LaplaceState(params, params.new_zeros(size))
+        return KfacState(params, params.new_zeros(size), layers)
 
-    def update(state: LaplaceState, batch: Batch) -> tuple[LaplaceState, dict[str, Tensor]]:
+    def update(state: KfacState, batch: Batch) -> tuple[KfacState, dict[str, Tensor]]:
         total = state.curvature + accumulate_factors(problem, layers, state.params, batch, kind)
         with torch.no_grad():
             loss = -problem.log_posterior(state.params, batch, prior_weight=prior_weight)
-        return LaplaceState(state.params, total), {"loss": loss}
+        return state._replace(curvature=total), {"loss": loss}
 
-    def posterior(state: LaplaceState) -> Posterior:
+    def posterior(state: KfacState) -> Posterior:
         if temperature == 0:
             return Posterior(mean=state.params, var=torch.zeros_like(state.params))
         kronecker = kronecker_posterior(

@@ -24,7 +24,7 @@ from bayesflow.stages.artefacts import EVALUATION_FILE, EvaluationArtefact, FitA
 from bayesflow.stages.context import WorkflowContext, describe_cell
 from bayesflow.stages.fit import load_posterior
 
-__all__ = ["KSD_CHUNK", "evaluate", "prediction_of"]
+__all__ = ["KSD_CHUNK", "chosen_noise", "evaluate", "prediction_of"]
 
 # Samples whose scores one vmapped gradient call computes for the KSD: 64 samples of the
 # digits MLP on its 898 training points hold 64 × 898 × 64 floats (15 MB) of activations.
@@ -56,6 +56,7 @@ def evaluate(
     from bayesflow.evaluate import Evaluation, describe, evaluate_full
 
     problem, likelihood, tempering = context.problem(stage)
+    likelihood = chosen_noise(likelihood, fitted)
     posterior = load_posterior(fitted.posterior, problem.device)
     generator = context.generator(problem.device, PREDICTIVE_SEED_OFFSET + int(stage.seed or 0))
     x_test, y_test = context.test_data(problem.device)
@@ -95,6 +96,16 @@ def evaluate(
         file = staging / EVALUATION_FILE
         np.savez_compressed(file, **result.arrays)  # type: ignore[arg-type]  # numpy stubs: **arrays
     return EvaluationArtefact(metrics, conventions, file)
+
+
+def chosen_noise(likelihood: Any, fitted: FitArtefact) -> Any:
+    """The likelihood a fit's predictive uses: with ``noise_sd: auto`` the fit's
+    evidence-chosen noise sd (``noise_sd_chosen``, which its posterior was built on)
+    instead of the spec's ``likelihood.noise_sd``."""
+    from dataclasses import replace
+
+    noise = fitted.evidence.get("noise_sd_chosen")
+    return likelihood if noise is None else replace(likelihood, noise_sd=float(noise))
 
 
 def prediction_of(context: WorkflowContext, stage: Stage, posterior: Any) -> str:
