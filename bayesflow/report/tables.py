@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "AGREEMENT_METRICS",
     "FINISHED",
     "MARK",
     "best_cells",
@@ -45,6 +46,8 @@ MARK = "⚠"
 """Follows a number that a flag concerns; the flags are listed under the table."""
 
 TABLE_METRICS = ("test_nll", "test_accuracy", "test_ece", "test_brier", "test_rmse")
+AGREEMENT_METRICS = ("agreement", "total_variation", "wasserstein_2")
+"""The scores of a predictive against ``evaluate.reference``'s (docs/metrics.md)."""
 SECOND_METRICS = ("test_accuracy", "test_rmse")  # classification, regression
 
 
