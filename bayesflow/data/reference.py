@@ -98,9 +98,9 @@ def read_reference(path: str, base_dir: Path | None = None) -> np.ndarray:
     off = finite & ~negative & (np.abs(sums - 1) > SUM_TOLERANCE)
     if off.any():
         first = int(np.flatnonzero(off)[0])
-        problems.append(f"{KEY}: rows of {file.name} must sum to 1 (within {SUM_TOLERANCE:g}), but "
-                        f"{int(off.sum())} do not ({_lines(lines[off].tolist())}; line {lines[first]} "
-                        f"sums to {sums[first]:.6g}); give each point's class probabilities")
+        problems.append(f"{KEY}: {file.name} has rows that do not sum to 1 within {SUM_TOLERANCE:g} "
+                        f"({_lines(lines[off].tolist())}; line {lines[first]} sums to "
+                        f"{sums[first]:.6g}); give each point's class probabilities")
     if problems:
         raise SpecError(problems)
     return values / sums[:, None]
