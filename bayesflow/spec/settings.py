@@ -106,7 +106,8 @@ class ReferenceSpec(Strict):
 
     method: str | None = Field(
         None,
-        description="The reference method (e.g. a long `nuts` run). Each fit is compared "
+        description="The reference method (e.g. a long `nuts` run; `reference: nuts` is short "
+        "for `reference: {method: nuts}`). Each fit is compared "
         "with its fit of the same seed, at the same temperature or at `temperature`: "
         "`reference_mean_error` and `reference_variance_error` (posterior moments), and "
         "`agreement` and `total_variation` (classification) or `wasserstein_2` "
