@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import Any
 
-from bayesflow.errors import SpecError
 from bayesflow.dag.reference import reference_cell
+from bayesflow.errors import SpecError
 from bayesflow.methods.registry import traits_of
 from bayesflow.spec.models import LABEL_DIGITS, WorkflowSpec, temperature_label
 
@@ -329,12 +329,10 @@ def plan_cells(
             inputs = (fit.name, reference.name, judge.name)
         if spec.evaluate.reference is not None and spec.evaluate.reference.file is not None:
             if reference_digest is None:
-                raise ValueError("a spec with evaluate.reference.file is planned with the "
-                                 "digest of the file's probabilities (reference_digest)")
+                raise ValueError("evaluate.reference.file needs the probabilities' reference_digest")
             payload["reference_file"] = reference_digest
-        evaluations[name] = Stage(
-            name, "evaluate", inputs, _hash(payload), method, fit.engine, temperature, seed, payload,
-        )
+        evaluations[name] = Stage(name, "evaluate", inputs, _hash(payload), method, fit.engine,
+                                  temperature, seed, payload)
         return evaluations[name]
 
     # Unset optional evaluations (ksd, reference) are left out of the key, so adding them

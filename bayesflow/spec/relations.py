@@ -164,8 +164,8 @@ def _reference_problems(
         task = _task(data)
         if task is not None and task != "classification":
             return [(("evaluate", "reference", "file"),
-                     f"holds class probabilities, but the likelihood's task is {task}; compare "
-                     "with a method of the run instead (`reference: {method: <name>}`)")]
+                     (f"holds class probabilities, but the likelihood's task is {task}; compare "
+                      "with a method of the run instead (`reference: {method: <name>}`)"))]
     if not isinstance(name, str):
         return []  # None, or a wrong type that the field's own validation reports
     if name not in methods:
@@ -178,15 +178,15 @@ def _reference_problems(
     convention = data.get("temperature_convention", "posterior")
     if traits is not None and traits.shared_across_temperatures(convention):
         return [(("evaluate", "reference", "temperature"),
-                 f"{name!r} ({method.get('engine')}) is fitted once for every temperature, so "
-                 "a reference temperature means nothing for it; drop `temperature`")]
+                 (f"{name!r} ({method.get('engine')}) is fitted once for every temperature, so "
+                  "a reference temperature means nothing for it; drop `temperature`"))]
     grid = data.get("temperatures")
     if isinstance(grid, list) and not any(
         isinstance(t, (int, float)) and math.isclose(t, temperature, rel_tol=1e-9) for t in grid
     ):
         return [(("evaluate", "reference", "temperature"),
-                 f"is {temperature:g}, which is not in `temperatures` ({grid}); the reference "
-                 f"is fitted on that grid only: add {temperature:g} to it, or drop `temperature`")]
+                 (f"is {temperature:g}, which is not in `temperatures` ({grid}); the reference "
+                  f"is fitted on that grid only: add {temperature:g} to it, or drop `temperature`"))]
     return []
 
 

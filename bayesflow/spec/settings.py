@@ -3,9 +3,7 @@ tracking and execution."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     Field,

@@ -37,6 +37,7 @@ REFERENCE_NOTE = (
 def compare_with_reference(
     context: WorkflowContext, stage: Stage, problem: Any, likelihood: Any, posterior: Any,
     arrays: dict[str, np.ndarray], reference: EvaluationArtefact | None, generator: Any,
+    prediction: str = "sampled",
 ) -> tuple[dict[str, float], dict[str, str], dict[str, np.ndarray]]:
     """The scores of this fit against the reference, their convention lines, and the
     arrays this evaluation adds (its predictive at the training inputs, when no rows are
@@ -47,6 +48,7 @@ def compare_with_reference(
         reference: the reference method's evaluation of this cell; None for a reference
             file, or when this cell is the reference.
         generator: draws the posterior samples of a predictive at the training inputs.
+        prediction: how the posterior predicts there (``sampled`` or ``linearized``).
     """
     from bayesflow.evaluate.agreement import compare_predictives
     from bayesflow.evaluate.conventions import CONVENTIONS
@@ -55,7 +57,7 @@ def compare_with_reference(
     prefix = ""
     if not len(context.dataset.y_test):
         prefix = TRAINING_PREFIX
-        added = _training_predictive(context, stage, problem, likelihood, posterior, generator)
+        added = _training_predictive(context, problem, likelihood, posterior, generator, prediction)
     spec = context.spec.evaluate.reference
     if spec.method is not None and reference is None:
         if is_reference_cell(context.spec, str(stage.method), stage.temperature):
@@ -63,6 +65,7 @@ def compare_with_reference(
         return {}, {}, added  # a temperature-free fit with a tempered reference
     own = _predictive({**arrays, **added}, prefix, likelihood, f"{describe_cell(stage)}'s evaluation")
     if spec.file is not None:
+        assert context.dataset.reference is not None, "the data carry the reference file's probabilities"
         target = {"probabilities": context.dataset.reference}
         source = f"the probabilities of {spec.file}"
     else:
@@ -78,17 +81,15 @@ def compare_with_reference(
 
 
 def _training_predictive(
-    context: WorkflowContext, stage: Stage, problem: Any, likelihood: Any, posterior: Any,
-    generator: Any,
+    context: WorkflowContext, problem: Any, likelihood: Any, posterior: Any, generator: Any,
+    prediction: str,
 ) -> dict[str, np.ndarray]:
     """The predictive at the training inputs, as the arrays an evaluation saves."""
     from bayesflow.evaluate.predictive import posterior_outputs
-    from bayesflow.stages.evaluate import prediction_of
 
     inputs, _ = context.training_data(problem.device)
     outputs = posterior_outputs(
-        problem, posterior, inputs, context.spec.evaluate.n_samples, generator,
-        prediction_of(context, stage, posterior),
+        problem, posterior, inputs, context.spec.evaluate.n_samples, generator, prediction
     )
     if likelihood.task == "classification":
         probabilities = likelihood.probabilities(outputs).double().mean(dim=0)

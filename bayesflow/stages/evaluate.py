@@ -88,7 +88,8 @@ def evaluate(
         from bayesflow.stages.agreement import compare_with_reference
 
         scores, notes, added = compare_with_reference(
-            context, stage, problem, likelihood, posterior, arrays, judged, generator
+            context, stage, problem, likelihood, posterior, arrays, judged, generator,
+            prediction_of(context, stage, posterior),
         )
         metrics.update(scores)
         conventions.update(notes)

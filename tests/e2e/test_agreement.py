@@ -4,9 +4,6 @@ line, the real MLflow store and the report; a bad reference file refused at vali
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +11,9 @@ import numpy as np
 import pytest
 
 from bayesflow.evaluate.agreement import agreement, total_variation
+from tests.e2e.test_cli import bayesflow, client
 
 pytestmark = pytest.mark.e2e
-BAYESFLOW = [sys.executable, "-m", "bayesflow.cli"]
 SPEC = """\
 name: agreement
 data: {name: csv, path: "package:pima_indians_diabetes.csv", target: target}
@@ -38,30 +35,20 @@ tracking: {uri: "sqlite:///mlflow.db"}
 """
 
 
-def bayesflow(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The command line in ``cwd``, with what it printed."""
-    return subprocess.run(
-        [*BAYESFLOW, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "COLUMNS": "200"}, check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """The run's folder and each fit run's (metrics, tags, evaluation arrays) by method."""
-    from mlflow.tracking import MlflowClient
-
     folder = tmp_path_factory.mktemp("agreement")
     (folder / "spec.yaml").write_text(SPEC)
     result = bayesflow(folder, "run", "spec.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
-    client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("agreement")
+    store = client(folder)
+    experiment = store.get_experiment_by_name("agreement")
     fits: dict[str, Any] = {}
-    for run in client.search_runs([experiment.experiment_id]):
+    for run in store.search_runs([experiment.experiment_id]):
         if run.data.tags.get("bayesflow.role") == "parent":
             continue
-        path = client.download_artifacts(run.info.run_id, "evaluation/evaluation.npz", str(folder / run.info.run_id))
+        path = store.download_artifacts(run.info.run_id, "evaluation/evaluation.npz", str(folder / run.info.run_id))
         with np.load(path) as arrays:
             probabilities = arrays["probabilities"]
         fits[run.data.params["method"]] = (run.data.metrics, run.data.tags, probabilities)

@@ -33,10 +33,10 @@ def test_a_reference_mapping_is_checked_at_its_keys(tmp_path: Path) -> None:
     a method fitted once for every temperature are each located at their key."""
     reference = "evaluate:\n  reference:\n    method: {method}\n    temperature: {temperature}\n"
     unknown = write(tmp_path, TINY_SPEC.replace("evaluate:\n", reference.format(method="nuts", temperature=1)))
-    assert problems(unknown) == [
+    assert problems(unknown) == [(
         f"{unknown}:32:5: evaluate.reference.method: names 'nuts', which is not a method "
         "(methods: map, laplace, sghmc)"
-    ]
+    )]
     off_grid = write(tmp_path, TINY_SPEC.replace("evaluate:\n", reference.format(method="sghmc", temperature=0.5)))
     (problem,) = problems(off_grid)
     assert problem.startswith(f"{off_grid}:33:5: evaluate.reference.temperature: is 0.5, which is not in")
