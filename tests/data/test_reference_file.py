@@ -99,3 +99,11 @@ def test_method_and_file_together_are_refused(tmp_path: Path) -> None:
     spec = SPEC.replace("    file: probs.csv\n", "    file: probs.csv\n    method: map\n")
     (problem,) = validate(tmp_path, GOOD, spec)
     assert "evaluate.reference" in problem and "exactly one of `method`" in problem
+
+
+def test_without_held_out_rows_the_file_has_a_row_per_training_point(tmp_path: Path) -> None:
+    """`data.test_fraction: 0`: the fits are compared on the twelve training rows."""
+    spec = SPEC.replace("test_fraction: 0.5", "test_fraction: 0")
+    (problem,) = validate(tmp_path, GOOD, spec)
+    assert "has 6 rows, but the fits are compared on 12 training rows (data.test_fraction is 0)" in problem
+    assert validate(tmp_path, GOOD * 2, spec) == []
