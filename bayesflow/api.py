@@ -34,6 +34,7 @@ from bayesflow.dag.cache import Cache
 from bayesflow.dag.plan import Plan, Stage, plan_workflow
 from bayesflow.dag.scheduler import Hook, Outcome, execute, stage_status
 from bayesflow.data import Dataset
+from bayesflow.data.reference import reference_digest
 from bayesflow.reports import fill_report_folder, report, report_folder
 from bayesflow.spec.load import LoadedSpec, load_spec
 from bayesflow.spec.sweep import Sweep, load_sweep
@@ -102,7 +103,7 @@ def plan(loaded: LoadedSpec | Sweep, dataset: Dataset | None = None) -> Plan:
     if isinstance(loaded, Sweep):
         return prepare(loaded).plan
     dataset = dataset if dataset is not None else load_data(loaded)
-    return plan_workflow(loaded.spec, dataset.digest, code_digests(loaded))
+    return plan_workflow(loaded.spec, dataset.digest, code_digests(loaded), reference_digest(dataset))
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def prepare(loaded: Workflow | Prepared | str | Path) -> Prepared:
         the_plan, datasets = plan_variants(loaded, code_digests(loaded.first))
         return Prepared(loaded.first, datasets[loaded.variants[0].label], the_plan, loaded, datasets)
     dataset = load_data(loaded)
-    return Prepared(loaded, dataset, plan_workflow(loaded.spec, dataset.digest, code_digests(loaded)))
+    the_plan = plan_workflow(loaded.spec, dataset.digest, code_digests(loaded), reference_digest(dataset))
+    return Prepared(loaded, dataset, the_plan)
 
 
 def _cache_folder(workflow: Workflow | Prepared | str | Path) -> str:

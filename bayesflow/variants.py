@@ -12,6 +12,7 @@ import json
 from bayesflow.dag.plan import Plan
 from bayesflow.dag.sweep import PlannedVariant, VariantRunner, plan_sweep
 from bayesflow.data import Dataset, check_data, load_dataset
+from bayesflow.data.reference import reference_digest, with_reference
 from bayesflow.errors import DataError, SpecError
 from bayesflow.spec.checks import located
 from bayesflow.spec.load import LoadedSpec
@@ -22,7 +23,9 @@ __all__ = ["load_data", "plan_variants", "variant_runner"]
 
 def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None) -> Dataset:
     """The data of ``loaded``, checked against its likelihood before any fit (a
-    DataError, exit 3), and a ``python:`` model built once on it (a SpecError, exit 3);
+    DataError, exit 3), with its reference probabilities (``evaluate.reference.file``,
+    checked against the data: a SpecError, exit 3), and a ``python:`` model built once
+    on it (a SpecError, exit 3);
     ``loaded_data`` reuses data already loaded for an equal ``data``
     block from the same folder (the variants of a sweep)."""
     block = json.dumps([loaded.spec.data.model_dump(mode="json"), str(loaded.base_dir)], sort_keys=True)
@@ -39,13 +42,14 @@ def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None)
 
             build_network(loaded.spec, cached[block].num_features, cached[block].num_classes,
                           loaded.spec.seeds[0])
+        dataset = with_reference(cached[block], loaded.spec, loaded.base_dir)
     except DataError:
         raise
     except SpecError as error:  # point `data.module: ...`, `model.python: ...` at the spec's line
         if loaded.path is None:
             raise
         raise located(error, loaded.locations, str(loaded.path)) from error
-    return cached[block]
+    return dataset
 
 
 def plan_variants(sweep: Sweep, code: dict[str, str]) -> tuple[Plan, dict[str, Dataset]]:
@@ -54,7 +58,7 @@ def plan_variants(sweep: Sweep, code: dict[str, str]) -> tuple[Plan, dict[str, D
     datasets = {item.label: load_data(item.loaded, loaded_data) for item in sweep.variants}
     planned = [
         PlannedVariant(item.tag, item.label, item.variant.values, item.loaded.spec,
-                       datasets[item.label].digest)
+                       datasets[item.label].digest, reference_digest(datasets[item.label]))
         for item in sweep.variants
     ]
     return plan_sweep(planned, code), datasets

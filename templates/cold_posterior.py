@@ -228,6 +228,22 @@ else:
     display(Markdown("_This workflow has no out-of-distribution inputs._"))
 
 # %% [markdown]
+# ## Agreement with the reference
+#
+# With `evaluate.reference`: how close each fit's predictive distribution comes to the
+# reference's (a long sampler run of the study, or a file of reference probabilities),
+# by the scores of the NeurIPS 2021 approximate inference competition.
+
+# %%
+spec = sections.read_spec(spec_yaml)
+text, agreement = sections.reference_agreement(frame, spec, list(spec.get("methods") or []))
+if not agreement.empty:
+    display(Markdown(text))
+    display(sections.styled(agreement))
+else:
+    display(Markdown("_No `evaluate.reference` is set, or no fit was compared with it._"))
+
+# %% [markdown]
 # ## Prior predictive check
 #
 # Wenzel et al. (2020, Section 5): draw networks from the prior and look at the class

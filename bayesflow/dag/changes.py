@@ -49,8 +49,10 @@ def describe_change(stage: Stage, previous: dict[str, Any]) -> str:
             phrase = "data changed"
         elif head == "versions":
             phrase = f"versions changed ({'.'.join(path[1:])} {_show(old)} → {_show(new)})"
-        elif head in ("inputs", "fit", "reference"):
+        elif head in ("inputs", "fit", "reference", "reference_evaluation"):
             phrase = f"input {', '.join(stage.inputs) or 'stage'} changed"
+        elif head == "reference_file":
+            phrase = "evaluate.reference.file's probabilities changed"
         else:
             where = f"methods.{stage.method}" if head == "method" else _SPEC_KEYS.get(head, head)
             key = ".".join((where, *path[1:])) if path else "config"

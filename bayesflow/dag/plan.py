@@ -11,8 +11,9 @@ Temperature-free stages are planned once: under the ``posterior`` convention the
 temperature that starts ``from`` it.
 
 With ``evaluate.reference`` (say a long NUTS run), the evaluation of every other method
-also reads the reference method's fit at the same temperature and seed: that fit is one
-of its inputs and its key part of the evaluation's key.
+also reads the reference method's fit and evaluation at the same temperature (or the
+reference's stated one) and seed: they are inputs and their keys part of the
+evaluation's key. A reference file's probabilities (their digest) are part of it too.
 
 With ``execution.vectorize`` the temperature × seed grid of each SG-MCMC method is one
 ``fit_group/<method>`` stage (one batched engine run, each chain at its own temperature;
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import Any
 
+from bayesflow.dag.reference import reference_cell
 from bayesflow.errors import SpecError
 from bayesflow.methods.registry import traits_of
 from bayesflow.spec.models import LABEL_DIGITS, WorkflowSpec, temperature_label
@@ -185,7 +187,8 @@ def _fit_name(method: str, temperature: float | None, seed: int) -> str:
 
 
 def plan_workflow(
-    spec: WorkflowSpec, data_digest: str, code: dict[str, str] | None = None
+    spec: WorkflowSpec, data_digest: str, code: dict[str, str] | None = None,
+    reference_digest: str | None = None,
 ) -> Plan:
     """Plan ``spec`` into stages: its cells (:func:`plan_cells`), then the plots and the
     report over them (:func:`add_summaries`).
@@ -197,15 +200,21 @@ def plan_workflow(
             ``report`` (the figure code and the template, part of the report key); the
             API computes them (:func:`bayesflow.report.render.source_digest`), so the
             planner never reads the report layer. Missing digests are left out of keys.
+        reference_digest: the digest of ``evaluate.reference.file``'s probabilities
+            (:func:`bayesflow.data.reference.reference_digest`), part of every
+            evaluation's key; needed when the spec names a reference file.
     """
-    stages = plan_cells(spec, data_digest)
+    stages = plan_cells(spec, data_digest, reference_digest)
     add_summaries(stages, spec, code or {}, _hash(spec.model_dump(mode="json")))
     return Plan(spec.name, stages)
 
 
-def plan_cells(spec: WorkflowSpec, data_digest: str) -> dict[str, Stage]:
+def plan_cells(
+    spec: WorkflowSpec, data_digest: str, reference_digest: str | None = None
+) -> dict[str, Stage]:
     """The fits, curvature passes and evaluations of every method × temperature × seed
-    cell of ``spec``, and its prior predictive check: every stage but plots and report."""
+    cell of ``spec``, and its prior predictive check: every stage but plots and report
+    (``reference_digest``: see :func:`plan_workflow`)."""
     base = {
         "data": data_digest,
         "model": spec.model.model_dump(mode="json"),
@@ -302,16 +311,29 @@ def plan_cells(spec: WorkflowSpec, data_digest: str) -> dict[str, Stage]:
             )
         return stages[name]
 
-    def reference_stage(method: str, temperature: float | None, seed: int) -> Stage | None:
-        """The fit an evaluation is measured against (``evaluate.reference``), if any:
-        the reference method at the same temperature and seed. A temperature-free fit
-        (T → 0) has no tempered reference unless the reference is temperature-free too."""
-        reference = spec.evaluate.reference
-        if reference is None or reference == method:
-            return None
-        if _shares_temperature(spec, reference):
-            return fit_stage(reference, None, seed)
-        return None if temperature is None else fit_stage(reference, temperature, seed)
+    evaluations: dict[str, Stage] = {}
+
+    def evaluate_stage(method: str, temperature: float | None, seed: int) -> Stage:
+        """The evaluation of a cell; with a reference, it reads the reference's fit and
+        evaluation (its predictive) too, or the reference file (its digest in the key)."""
+        fit = fit_stage(method, temperature, seed)
+        name = fit.name.replace("fit/", "evaluate/", 1)
+        if name in evaluations:
+            return evaluations[name]
+        payload: dict[str, Any] = {"fit": fit.key, "evaluate": evaluate_config}
+        inputs: tuple[str, ...] = (fit.name,)
+        cell = reference_cell(spec, method, temperature)
+        if cell is not None:
+            reference, judge = fit_stage(*cell, seed), evaluate_stage(*cell, seed)
+            payload.update(reference=reference.key, reference_evaluation=judge.key)
+            inputs = (fit.name, reference.name, judge.name)
+        if spec.evaluate.reference is not None and spec.evaluate.reference.file is not None:
+            if reference_digest is None:
+                raise ValueError("evaluate.reference.file needs the probabilities' reference_digest")
+            payload["reference_file"] = reference_digest
+        evaluations[name] = Stage(name, "evaluate", inputs, _hash(payload), method, fit.engine,
+                                  temperature, seed, payload)
+        return evaluations[name]
 
     # Unset optional evaluations (ksd, reference) are left out of the key, so adding them
     # to the spec language kept the keys of earlier runs' evaluations.
@@ -321,18 +343,8 @@ def plan_cells(spec: WorkflowSpec, data_digest: str) -> dict[str, Stage]:
         temperatures: list[float | None] = [None] if shared else list(spec.temperatures)
         for temperature in temperatures:
             for seed in spec.seeds:
-                fit = fit_stage(method, temperature, seed)
-                payload: dict[str, Any] = {"fit": fit.key, "evaluate": evaluate_config}
-                inputs: tuple[str, ...] = (fit.name,)
-                reference = reference_stage(method, temperature, seed)
-                if reference is not None:
-                    payload["reference"] = reference.key
-                    inputs = (fit.name, reference.name)
-                name = fit.name.replace("fit/", "evaluate/", 1)
-                stages[name] = Stage(
-                    name, "evaluate", inputs, _hash(payload), method, fit.engine,
-                    temperature, seed, payload,
-                )
+                stage = evaluate_stage(method, temperature, seed)
+                stages[stage.name] = stage  # in the grid's order, references or not
     if spec.evaluate.prior_predictive:
         payload = {**base, "draws": spec.evaluate.prior_draws, "seed": spec.seeds[0]}
         stages["prior_predictive"] = Stage(

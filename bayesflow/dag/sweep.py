@@ -37,6 +37,7 @@ class PlannedVariant:
         swept: its swept keys and raw values.
         spec: its validated spec.
         data_digest: the digest of its data.
+        reference_digest: the digest of its reference file's probabilities, if any.
     """
 
     tag: str
@@ -44,6 +45,7 @@ class PlannedVariant:
     swept: tuple[tuple[str, str], ...]
     spec: WorkflowSpec
     data_digest: str
+    reference_digest: str | None = None
 
 
 def _renamed(stage: Stage, variant: PlannedVariant) -> Stage:
@@ -64,7 +66,7 @@ def plan_sweep(variants: Sequence[PlannedVariant], code: dict[str, str] | None =
     """
     stages: dict[str, Stage] = {}
     for variant in variants:
-        for stage in plan_cells(variant.spec, variant.data_digest).values():
+        for stage in plan_cells(variant.spec, variant.data_digest, variant.reference_digest).values():
             renamed = _renamed(stage, variant)
             stages[renamed.name] = renamed
     first = variants[0].spec

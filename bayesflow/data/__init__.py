@@ -9,6 +9,7 @@ arrays, so a stage's cache key changes when the data do and not otherwise. The m
 ``imdb``       IMDB movie reviews as padded token ids
 ``python``     a user's own function that returns the arrays (runs the user's code)
 ``checks``     checks of loaded data against the likelihood (:func:`check_data`)
+``reference``  reference class probabilities from a file (``evaluate.reference.file``)
 =============  ===========================================================================
 
 Only this module imports the loaders' modules (which registers them); they import

@@ -32,6 +32,9 @@ class Dataset:
     called there) only serve to name the data in messages; the digest ignores them.
     ``salt`` is what else the digest covers: the source of the user's module that made
     the arrays (``data: {name: python}``), so that editing it recomputes the stages.
+    ``reference`` holds the class probabilities of ``evaluate.reference.file``
+    (:mod:`bayesflow.data.reference`), one row per compared point; the digest ignores it
+    too (it is part of the evaluations' keys, not the fits').
     """
 
     x_train: np.ndarray
@@ -48,6 +51,7 @@ class Dataset:
     salt: str = ""
     x_validation: np.ndarray | None = None
     y_validation: np.ndarray | None = None
+    reference: np.ndarray | None = None
 
     @property
     def has_validation(self) -> bool:

@@ -13,6 +13,8 @@ The modules, one responsibility each (docs/metrics.md defines every number):
   the metrics dict.
 - :mod:`~bayesflow.evaluate.stein`: kernelised Stein discrepancy.
 - :mod:`~bayesflow.evaluate.reference`: distance of mean and variances to a reference.
+- :mod:`~bayesflow.evaluate.agreement`: agreement, total variation and W2 of a predictive
+  against a reference predictive.
 - :mod:`~bayesflow.evaluate.temperatures`: kinetic and configurational temperature.
 - :mod:`~bayesflow.evaluate.convergence`: split R-hat and bulk ESS.
 - :mod:`~bayesflow.evaluate.prior_predictive`: the prior predictive check.

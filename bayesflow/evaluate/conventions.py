@@ -60,6 +60,12 @@ CONVENTIONS: dict[str, str] = {
     "reference_mean_error": "sqrt(mean_i ((mu_i - mu_ref_i) / sd_ref_i)^2): "
     "RMS of the mean error in reference standard deviations",
     "reference_variance_error": "mean_i |log(var_i / var_ref_i)| (0 = equal variances)",
+    "agreement": "fraction of points whose argmax predictive class equals the reference "
+    "predictive's (ties: lowest class index); 1 = the same decisions",
+    "total_variation": "mean over points of 0.5 * sum_c |p(c|x) - p_ref(c|x)|, in [0, 1]",
+    "wasserstein_2": "mean over points of the 2-Wasserstein distance between the predictive "
+    "and the reference predictive, each moment-matched to a Gaussian: "
+    "sqrt((mu - mu_ref)^2 + (sd - sd_ref)^2)",
     # ----------------------------------------------------- sampler diagnostics
     "kinetic_temperature": "mean over parameters (and chains) of m^2 / mass, in the engine's "
     "units (per-datum: expected T/N); per tensor as kinetic_temperature/<name>",

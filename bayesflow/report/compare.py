@@ -18,7 +18,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 
 from bayesflow.report.figures import _format_temperature_axis, metric_label
-from bayesflow.report.tables import FINISHED
+from bayesflow.report.tables import AGREEMENT_METRICS, FINISHED
 
 __all__ = ["comparison_frame", "comparison_metrics", "difference_table", "metric_by_run",
            "spec_difference"]
@@ -39,9 +39,10 @@ def comparison_frame(frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 def comparison_metrics(frame: pd.DataFrame) -> list[str]:
     """The metrics worth comparing that the runs logged: the summary metrics, then
-    ``ksd``, reference distances and OOD AUROCs, then ``fit_seconds``."""
+    ``ksd``, reference distances, agreement with the reference and OOD AUROCs, then
+    ``fit_seconds``."""
     wanted = [*SUMMARY_METRICS, "ksd", "reference_mean_error", "reference_variance_error",
-              "ood_auroc_total", "ood_auroc_epistemic", "fit_seconds"]
+              *AGREEMENT_METRICS, "ood_auroc_total", "ood_auroc_epistemic", "fit_seconds"]
     return [metric for metric in wanted if metric in frame.columns and frame[metric].notna().any()]
 
 

@@ -25,6 +25,7 @@ import yaml
 from bayesflow.report.suggest import suggested_temperatures
 from bayesflow.report.tables import (
     CHOSEN_ON,
+    AGREEMENT_METRICS,
     MARK,
     best_temperature_table,
     best_variants,
@@ -44,6 +45,8 @@ __all__ = [
     "header",
     "metric_table",
     "read_spec",
+    "reference_agreement",
+    "reference_method",
     "run_links",
     "spec_block",
     "styled",
@@ -250,6 +253,58 @@ def metric_table(
     for metric in present:
         table.loc[finished & (table[metric] == "failed"), metric] = "—"
     return table
+
+
+def reference_method(spec: dict[str, Any]) -> str | None:
+    """The method ``evaluate.reference`` names in a resolved spec (``reference: nuts`` or
+    ``{method: nuts}``), or None (no reference, or a reference file)."""
+    reference = (spec.get("evaluate") or {}).get("reference")
+    if isinstance(reference, dict):
+        reference = reference.get("method")
+    return reference if isinstance(reference, str) else None
+
+
+def reference_agreement(
+    frame: pd.DataFrame, spec: dict[str, Any], order: list[str] | None = None
+) -> tuple[str, pd.DataFrame]:
+    """What each fit's predictive is compared with and the table of the scores
+    (:data:`~bayesflow.report.tables.AGREEMENT_METRICS`, mean ± sd over seeds), the
+    reference's own rows reading "reference"; empty text and table when the spec sets no
+    ``evaluate.reference`` or no fit logged a score."""
+    reference = (spec.get("evaluate") or {}).get("reference")
+    present = [metric for metric in AGREEMENT_METRICS if metric in frame.columns]
+    if not reference or not present:
+        return "", pd.DataFrame()
+    method = reference_method(spec)
+    stated = reference.get("temperature") if isinstance(reference, dict) else None
+    if method is not None:
+        at = f"at T = {float(stated):g}" if stated is not None else "at the same temperature"
+        against = f"the predictive of {code(method)} {at} and seed"
+    else:
+        against = f"the class probabilities of {code(reference.get('file', ''))}"
+    table = metric_table(frame, present, order)
+    if method is not None:
+        own = table["method"] == method
+        if stated is not None:
+            own &= table["temperature"].astype(float) == float(stated)
+        table.loc[own, present] = "reference"
+    scores = {
+        "agreement": "agreement (the fraction of points whose most probable class is the "
+        "reference's; 1 is best)",
+        "total_variation": "total variation (the mean over points of ½ Σ_c |p(c|x) − "
+        "p_ref(c|x)|; 0 is best)",
+        "wasserstein_2": "the 2-Wasserstein distance of the two predictives, each "
+        "moment-matched to a Gaussian (mean over points; 0 is best)",
+    }
+    text = (
+        f"Each fit's predictive against {against}: "
+        + " and ".join(scores[metric] for metric in present)
+        + ", as in the NeurIPS 2021 approximate inference competition (Wilson et al.), "
+        "on the test rows (the training rows when none are held out); mean ± sd over "
+        "seeds. A method fitted once for every temperature is compared only with a "
+        "reference that is too, or with one at a stated temperature."
+    )
+    return text, table
 
 
 def spec_block(spec_yaml: str) -> str:

@@ -31,6 +31,7 @@ import pandas as pd
 
 __all__ = [
     "CHOSEN_ON",
+    "AGREEMENT_METRICS",
     "FINISHED",
     "MARK",
     "best_cells",
@@ -57,6 +58,8 @@ CHOSEN_ON = "chosen on"  # the column saying which rows chose the best temperatu
 # The evaluate stage names a test metric computed on the validation rows ``val_<name>``
 # (bayesflow.evaluate.conventions.VALIDATION_PREFIX; the report does not import it).
 VALIDATION_PREFIX = "val_"
+AGREEMENT_METRICS = ("agreement", "total_variation", "wasserstein_2")
+"""The scores of a predictive against ``evaluate.reference``'s (docs/metrics.md)."""
 SECOND_METRICS = ("test_accuracy", "test_rmse")  # classification, regression
 
 

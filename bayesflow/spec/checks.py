@@ -102,15 +102,16 @@ def _relocated(problem: str) -> Problem:
 
 
 def located(error: SpecError, locations: dict[tuple[str, ...], Any], source: str) -> SpecError:
-    """``error`` raised after loading (by the data or the user's model, ``model.python:
-    ...``) with each problem that starts with a key of ``data`` or ``model`` pointed at
+    """``error`` raised after loading (by the data, the user's model, ``model.python:
+    ...``, or the reference file, ``evaluate.reference.file``) with each problem that
+    starts with a key of ``data``, ``model`` or ``evaluate`` pointed at
     that key's line of the spec file, as the loader points at its own problems."""
     from bayesflow.spec.errors import format_cross_problems
 
     problems = []
     for problem in error.problems:
         key, _, message = problem.partition(": ")
-        if message and key.split(".")[0] in ("data", "model") and " " not in key:
+        if message and key.split(".")[0] in ("data", "model", "evaluate") and " " not in key:
             problems += format_cross_problems([(tuple(key.split(".")), message)], locations, source)
         else:
             problems.append(problem)

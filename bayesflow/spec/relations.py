@@ -7,6 +7,7 @@ comes from its traits (:mod:`bayesflow.methods`), never from its name.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from bayesflow.methods.registry import METHODS
@@ -67,7 +68,7 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
             problems.extend(_block_problems(name, engine, traits, data))
         problems.extend(_evidence_problems(name, method, data))
     problems.extend(_cycles(methods))
-    problems.extend(_reference_problems(data.get("evaluate"), methods))
+    problems.extend(_reference_problems(data, methods))
     return problems
 
 
@@ -202,14 +203,46 @@ def _mode_problems(
 
 
 def _reference_problems(
-    evaluate: Any, methods: dict[str, Any]
+    data: dict[str, Any], methods: dict[str, Any]
 ) -> list[tuple[tuple[str, ...], str]]:
-    """``evaluate.reference`` must name a method."""
+    """``evaluate.reference`` must name a method (``reference: nuts`` or ``{method:
+    nuts}``) whose stated ``temperature`` is in the grid and means something for it, or a
+    file of class probabilities under a classification likelihood."""
+    evaluate = data.get("evaluate")
     reference = evaluate.get("reference") if isinstance(evaluate, dict) else None
-    if not isinstance(reference, str) or reference in methods:
+    key: tuple[str, ...] = ("evaluate", "reference")
+    if isinstance(reference, dict):
+        name, key = reference.get("method"), (*key, "method")
+    else:
+        name = reference
+    if isinstance(reference, dict) and isinstance(reference.get("file"), str):
+        task = _task(data)
+        if task is not None and task != "classification":
+            return [(("evaluate", "reference", "file"),
+                     (f"holds class probabilities, but the likelihood's task is {task}; compare "
+                      "with a method of the run instead (`reference: {method: <name>}`)"))]
+    if not isinstance(name, str):
         return []  # None, or a wrong type that the field's own validation reports
-    return [(("evaluate", "reference"),
-             f"names {reference!r}, which is not a method (methods: {', '.join(methods)})")]
+    if name not in methods:
+        return [(key, f"names {name!r}, which is not a method (methods: {', '.join(methods)})")]
+    temperature = reference.get("temperature") if isinstance(reference, dict) else None
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool):
+        return []
+    method = methods[name]
+    traits = _traits(method.get("engine")) if isinstance(method, dict) else None
+    convention = data.get("temperature_convention", "posterior")
+    if traits is not None and traits.shared_across_temperatures(convention):
+        return [(("evaluate", "reference", "temperature"),
+                 (f"{name!r} ({method.get('engine')}) is fitted once for every temperature, so "
+                  "a reference temperature means nothing for it; drop `temperature`"))]
+    grid = data.get("temperatures")
+    if isinstance(grid, list) and not any(
+        isinstance(t, (int, float)) and math.isclose(t, temperature, rel_tol=1e-9) for t in grid
+    ):
+        return [(("evaluate", "reference", "temperature"),
+                 (f"is {temperature:g}, which is not in `temperatures` ({grid}); the reference "
+                  f"is fitted on that grid only: add {temperature:g} to it, or drop `temperature`"))]
+    return []
 
 
 def _vocabulary_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:

@@ -3,12 +3,14 @@ tracking and execution."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
+    field_validator,
+    model_validator,
 )
 
 from bayesflow.spec.strict import Strict
@@ -19,6 +21,7 @@ __all__ = [
     "EvaluateSpec",
     "ExecutionSpec",
     "KSDSpec",
+    "ReferenceSpec",
     "ReportSpec",
     "TrackingSpec",
     "default_plots",
@@ -95,6 +98,45 @@ class KSDSpec(Strict):
     )
 
 
+class ReferenceSpec(Strict):
+    """What every fit is compared with: another method of the run, or a file of reference
+    class probabilities. Exactly one of `method` and `file`."""
+
+    method: str | None = Field(
+        None,
+        description="The reference method (e.g. a long `nuts` run; `reference: nuts` is short "
+        "for `reference: {method: nuts}`). Each fit is compared "
+        "with its fit of the same seed, at the same temperature or at `temperature`: "
+        "`reference_mean_error` and `reference_variance_error` (posterior moments), and "
+        "`agreement` and `total_variation` (classification) or `wasserstein_2` "
+        "(regression) of the predictive.",
+    )
+    temperature: PositiveFloat | None = Field(
+        None,
+        description="With `method`: compare every fit with the reference fitted at this "
+        "temperature, one of `temperatures` (e.g. 1, the Bayes posterior); null: at each "
+        "fit's own temperature.",
+    )
+    file: str | None = Field(
+        None,
+        description="A CSV file of reference class probabilities (relative to the spec's "
+        "folder): one row per test point in the test set's order (per training point when "
+        "`data.test_fraction` is 0), one column per class (2 for `bernoulli`), each row "
+        "summing to 1, an optional header row. Each fit logs `agreement` and "
+        "`total_variation` against it.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ReferenceSpec:
+        if (self.method is None) == (self.file is None):
+            raise ValueError("give exactly one of `method` (a method of the run) and `file` "
+                             "(a CSV file of reference class probabilities)")
+        if self.file is not None and self.temperature is not None:
+            raise ValueError("`temperature` goes with `method`; a file holds one set of "
+                             "probabilities, drop `temperature`")
+        return self
+
+
 class EvaluateSpec(Strict):
     """How fitted posteriors are evaluated on the test set."""
 
@@ -135,13 +177,18 @@ class EvaluateSpec(Strict):
         "posteriors paper, Table 3), e.g. `{kernel: imq, bandwidth: 1.0}`. Null: off. "
         "Skipped for fits at T = 0, whose target is a point.",
     )
-    reference: str | None = Field(
+    reference: ReferenceSpec | None = Field(
         None,
-        description="Name of the method whose fit at the same temperature and seed is the "
-        "reference posterior (e.g. a long `nuts` run): every other method's evaluation "
-        "waits for it and logs `reference_mean_error` and `reference_variance_error`. "
-        "Null: none.",
+        description="What every fit is compared with: `{method: nuts}` (a method of the "
+        "run; `reference: nuts` is short for it) or `{file: probs.csv}` (reference class "
+        "probabilities); docs/metrics.md, \"Against a reference\". Null: none.",
     )
+
+    @field_validator("reference", mode="before", json_schema_input_type=str | ReferenceSpec | None)
+    @classmethod
+    def _method_name(cls, value: Any) -> Any:
+        """``reference: nuts`` is ``reference: {method: nuts}``."""
+        return {"method": value} if isinstance(value, str) else value
 
 
 class ReportSpec(Strict):

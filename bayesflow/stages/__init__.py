@@ -38,6 +38,7 @@ from bayesflow.stages.artefacts import (
     POSTERIOR_FILE,
     PRIOR_PREDICTIVE_FILE,
     Artefact,
+    EvaluationArtefact,
     FitArtefact,
     read,
     read_inputs,
@@ -78,13 +79,13 @@ def compute(
         assert isinstance(mode, FitArtefact)  # the planner gives a curvature pass its mode
         return curvature.curvature(context, stage, mode, staging)
     if kind == "evaluate":
-        # Its fit, and with evaluate.reference the reference method's fit.
+        # Its fit, and with evaluate.reference the reference method's fit and evaluation.
         fit_name = stage.name.replace("evaluate/", "fit/", 1)
         fitted = upstream[fit_name]
-        reference = next((a for name, a in upstream.items() if name != fit_name), None)
+        reference = next((a for name, a in upstream.items() if name != fit_name and isinstance(a, FitArtefact)), None)
+        judged = next((a for a in upstream.values() if isinstance(a, EvaluationArtefact)), None)
         assert isinstance(fitted, FitArtefact)
-        assert reference is None or isinstance(reference, FitArtefact)
-        return evaluate.evaluate(context, stage, fitted, reference, staging)
+        return evaluate.evaluate(context, stage, fitted, reference, staging, judged)
     if kind == "prior_predictive":
         return prior_predictive.prior_predictive(context, stage, staging)
     if kind == "plot":

@@ -7,7 +7,8 @@ note under ``conventions["predictive"]``.
 Beyond the predictive metrics (``docs/metrics.md``): with ``evaluate.ksd``, the kernelised
 Stein discrepancy of its samples against the tempered target; with ``evaluate.reference``,
 its distances to the reference method's fit at the same temperature and seed (the stage's
-second input). Saves the per-point arrays (probabilities, uncertainties) as
+second input), and the agreement of the two predictives (:mod:`bayesflow.stages.agreement`,
+the reference's evaluation its third input). Saves the per-point arrays (probabilities, uncertainties) as
 ``evaluation.npz`` when there are any.
 """
 
@@ -43,9 +44,10 @@ NO_TEST_SET = (
 
 def evaluate(
     context: WorkflowContext, stage: Stage, fitted: FitArtefact, reference: FitArtefact | None,
-    staging: Path,
+    staging: Path, judged: EvaluationArtefact | None = None,
 ) -> EvaluationArtefact:
-    """Evaluate ``fitted`` on the test set (and against ``reference``) into ``staging``.
+    """Evaluate ``fitted`` on the test set (and against ``reference``, whose evaluation
+    ``judged`` holds its predictive: :mod:`bayesflow.stages.agreement`) into ``staging``.
 
     Raises:
         StageError: a metric is not finite (the fit may have diverged), or the reference
@@ -88,13 +90,24 @@ def evaluate(
         distances = _reference_distances(stage, posterior, reference)
         metrics.update(distances)
         conventions.update(describe(distances))
+    arrays = dict(result.arrays)
+    if settings.reference is not None and likelihood.task != "energy":
+        from bayesflow.stages.agreement import compare_with_reference
+
+        scores, notes, added = compare_with_reference(
+            context, stage, problem, likelihood, posterior, arrays, judged, generator,
+            prediction_of(context, stage, posterior),
+        )
+        metrics.update(scores)
+        conventions.update(notes)
+        arrays.update(added)
     bad = [name for name, value in metrics.items() if not np.isfinite(value)]
     if bad:
         raise StageError(f"{describe_cell(stage)}: metrics {bad} are not finite; the fit may have diverged")
     file = None
-    if result.arrays:
+    if arrays:
         file = staging / EVALUATION_FILE
-        np.savez_compressed(file, **result.arrays)  # type: ignore[arg-type]  # numpy stubs: **arrays
+        np.savez_compressed(file, **arrays)  # type: ignore[arg-type]  # numpy stubs: **arrays
     return EvaluationArtefact(metrics, conventions, file)
 
 

@@ -3,7 +3,8 @@
 The shipped ``pima_logistic`` workflow, shrunk by overrides except for the 10,000 chains
 of the paper's parallel SGHMC row, through the command line, MLflow and the report: no
 intercept, all 768 rows for fitting, no predictive metrics (with the note saying why),
-both KSDs and the distances to NUTS for every sampled fit. A spec that asks for
+both KSDs, the distances to NUTS and the agreement of the predictives with NUTS's for
+every sampled fit. A spec that asks for
 predictive plots without held-out rows is refused at validate (exit 3).
 """
 
@@ -85,6 +86,14 @@ def test_every_sampled_fit_has_both_ksds_and_its_distance_to_nuts(finished: Any)
         assert metrics["ksd"] > 0 and metrics["ksd_posteriors_example"] > 0, method
         assert ("reference_mean_error" in metrics) == (method != "nuts"), method
     assert fits["parallel_sghmc_10000"][2]["samples"].shape == (10_000, 8)
+    # Their predictives against NUTS's on the 768 training rows (none are held out).
+    for method, (metrics, tags, _) in fits.items():
+        if method in ("nuts", "map"):  # the reference itself; the T → 0 fit has no T = 1 reference
+            assert "agreement" not in metrics, method
+            continue
+        assert 0.9 < metrics["agreement"] <= 1 and 0 <= metrics["total_variation"] < 0.1, method
+        assert "on the 768 training rows" in tags["convention.agreement"], method
+    assert fits["laplace"][0]["total_variation"] < 0.02
     # Laplace's dense GGN is the exact Hessian of logistic regression: close to NUTS.
     assert fits["laplace"][0]["reference_mean_error"] < 0.5
 
@@ -97,6 +106,7 @@ def test_report_says_which_ksd(finished: Any) -> None:
     text = reports[0].read_text()
     assert "ksd_posteriors_example" in text and "V-statistic" in text and "Traceback" not in text
     assert "No rows were held out" in text
+    assert "Agreement of the predictives" in text and "total_variation" in text and ">reference<" in text
     assert text.count("data:image/png;base64") >= 1
 
 
