@@ -310,7 +310,7 @@ def _protocol_executor(kind: str, recorder: Recorder) -> Executor:
     """An executor of ``kind`` (Ray on a local two-CPU instance)."""
     if kind == "ray":
         pytest.importorskip("ray", reason="Ray is the optional extra bayesflow-workflows[ray]")
-        from bayesflow.dag.executors import RayExecutor
+        from bayesflow.dag.cluster import RayExecutor
 
         return RayExecutor(recorder, workers=2)
     return ProcessExecutor(recorder, 2) if kind == "process" else InlineExecutor(recorder)
