@@ -1,0 +1,234 @@
+"""A Ray cluster whose nodes share no folder: a head with no CPUs and one worker node.
+
+The test starts both nodes itself and always stops them (their process groups are
+killed, their folders removed). The worker node runs in its own mount namespace
+(``unshare -m``) with a tmpfs over the run folder and another working folder, as a
+separate machine would: it cannot see the driver's cache, data or MLflow store. Both use
+token authentication (``RAY_AUTH_MODE=token``, Ray 2.60's default for a head), and every
+port is chosen free, so that runs of the suite in parallel do not meet. Skipped, with the
+reason, where the test is not root or ``unshare`` is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_design_card import SMALL
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+ROOT = Path(__file__).parents[2]
+WORKFLOW = ROOT / "workflows" / "cold_posterior.yaml"
+START_SECONDS = 180
+RUN_SECONDS = 900
+METRICS = ["test_nll", "test_accuracy", "test_ece", "test_brier"]
+
+# The driver: runs the workflow with the overrides in argv and prints what happened.
+DRIVER = """
+import json, sys
+import bayesflow
+result = bayesflow.run(bayesflow.load(sys.argv[1], sys.argv[2:]))
+outcome = result.outcome
+table = result.results()
+print("OUTCOME " + json.dumps({
+    "exit_code": result.exit_code, "status": outcome.status, "errors": outcome.errors,
+    "placements": outcome.placements,
+    "results": json.loads(table.to_json(orient="records")),
+}))
+"""
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that nothing listens on now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for item in sockets:
+            item.bind(("127.0.0.1", 0))
+        return [item.getsockname()[1] for item in sockets]
+    finally:
+        for item in sockets:
+            item.close()
+
+
+def _node_ports() -> list[str]:
+    """The options that give a node its own ports (a node's defaults would collide with
+    those of another node, or of another test's Ray, on this machine)."""
+    names = ["node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+             "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"]
+    ports = _free_ports(len(names))
+    low = 20000 + (os.getpid() * 97) % 30000  # a worker-port range of its own
+    return [f"--{name}={port}" for name, port in zip(names, ports)] + [
+        f"--min-worker-port={low}", f"--max-worker-port={low + 199}",
+    ]
+
+
+@dataclass
+class Cluster:
+    """Two Ray nodes started by the test."""
+
+    address: str
+    run_folder: Path
+    env: dict[str, str]
+    processes: list[subprocess.Popen[bytes]]
+    root: Path
+
+    def stop(self) -> None:
+        """Kill both nodes' process groups (TERM, then KILL) and remove their folders."""
+        for process in self.processes:
+            _kill_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(process, signal.SIGKILL)
+            process.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every alive node's id and CPUs, asked of the cluster by a short driver."""
+        code = ("import json, ray; ray.init(address=%r, include_dashboard=False, log_to_driver=False); "
+                "print('NODES ' + json.dumps([{'id': n['NodeID'], 'cpus': n['Resources'].get('CPU', 0)} "
+                "for n in ray.nodes() if n['Alive']]))") % self.address
+        found = _json_line(_python(code, self.root, self.env, 120), "NODES ")
+        assert isinstance(found, list)
+        return found
+
+
+def _kill_group(process: subprocess.Popen[bytes], sign: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, sign)
+    except ProcessLookupError:  # already gone
+        pass
+
+
+def _python(code: str, cwd: Path, env: dict[str, str], timeout: float, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _json_line(completed: subprocess.CompletedProcess[str], prefix: str) -> Any:
+    """The JSON after ``prefix`` on a line of the process's output."""
+    for line in completed.stdout.splitlines():
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix):])
+    raise AssertionError(f"no {prefix.strip()} line (exit {completed.returncode}):\n"
+                         f"{completed.stdout[-3000:]}\n{completed.stderr[-5000:]}")
+
+
+def _skip_reason() -> str:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "needs root to mount a tmpfs in the worker node's own mount namespace"
+    if shutil.which("unshare") is None:
+        return "needs unshare (util-linux) to give the worker node its own mount namespace"
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return "Ray is the optional extra bayesflow-workflows[ray]"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A head with no CPUs and a worker node (two CPUs) that cannot see the run folder."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    root = Path(tempfile.mkdtemp(prefix="bf-ray-", dir="/tmp"))  # short: Ray's socket paths
+    run_folder, elsewhere, temp = root / "run", root / "elsewhere", root / "t"
+    for folder in (run_folder, elsewhere, temp):
+        folder.mkdir()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    port, client = _free_ports(2)
+    head_command = [ray_cli, "start", "--head", "--block", "--num-cpus=0", f"--port={port}",
+                    "--include-dashboard=false", f"--temp-dir={temp}", f"--ray-client-server-port={client}",
+                    "--disable-usage-stats", *_node_ports()]
+    worker_command = " ".join([ray_cli, "start", "--block", f"--address=127.0.0.1:{port}", "--num-cpus=2",
+                               "--disable-usage-stats", *_node_ports()])
+    # The worker node: its own mount namespace, the run folder hidden under an empty tmpfs.
+    shell = f"mount -t tmpfs tmpfs {run_folder} && cd {elsewhere} && exec {worker_command}"
+    processes: list[subprocess.Popen[bytes]] = []
+    made = Cluster(f"127.0.0.1:{port}", run_folder, env, processes, root)
+    try:
+        with (root / "head.log").open("wb") as log:
+            processes.append(subprocess.Popen(head_command, cwd=elsewhere, env=env, stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+        _wait_for_nodes(made, 1, root / "head.log")
+        with (root / "worker.log").open("wb") as log:
+            processes.append(subprocess.Popen(
+                ["unshare", "-m", "--propagation", "private", "sh", "-c", shell], cwd=elsewhere,
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            ))
+        _wait_for_nodes(made, 2, root / "worker.log")
+        yield made
+    finally:
+        made.stop()
+
+
+def _wait_for_nodes(cluster: Cluster, count: int, log: Path) -> None:
+    """Wait until the cluster has ``count`` alive nodes; fail with the node's log if not."""
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        if any(process.poll() is not None for process in cluster.processes):
+            break
+        status = subprocess.run(
+            [str(Path(sys.executable).parent / "ray"), "status", f"--address={cluster.address}"],
+            env=cluster.env, capture_output=True, text=True, timeout=60, check=False,
+        )
+        if status.returncode == 0 and status.stdout.count(" node_") >= count:
+            return
+        time.sleep(2)
+    raise AssertionError(f"the Ray cluster did not reach {count} nodes:\n{log.read_text()[-4000:]}")
+
+
+def _run(folder: Path, env: dict[str, str], *overrides: str) -> dict[str, Any]:
+    completed = _python(DRIVER, folder, env, RUN_SECONDS, str(WORKFLOW), *SMALL, *overrides)
+    found = _json_line(completed, "OUTCOME ")
+    assert isinstance(found, dict)
+    return found
+
+
+def _by_cell(results: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {(row["method"], row["temperature"], row["seed"]): row for row in results}
+
+
+def test_a_cluster_without_a_shared_folder_computes_the_local_cells(cluster: Cluster, tmp_path: Path) -> None:
+    """The default workflow (small) on the two nodes gives the local executor's cells and
+    numbers (to 1e-6); every stage but the report ran on the worker node, none on the head."""
+    env = {key: value for key, value in cluster.env.items() if key != "RAY_AUTH_MODE"}
+    local = _run(tmp_path, env)
+    assert local["exit_code"] == 0, local["errors"]
+    remote = _run(cluster.run_folder, cluster.env, "execution.executor=ray",
+                  f"execution.address={cluster.address}", "execution.workers=2")
+    assert remote["exit_code"] == 0, remote["errors"]
+    assert remote["status"] == local["status"]  # the same stages, every one ran
+    assert set(remote["status"].values()) == {"ran"}
+    left, right = _by_cell(remote["results"]), _by_cell(local["results"])
+    assert sorted(left) == sorted(right) and len(left) == 9
+    for cell, row in left.items():
+        for metric in METRICS:
+            assert row[metric] == pytest.approx(right[cell][metric], abs=1e-6, rel=1e-6), (cell, metric)
+    nodes = cluster.nodes()
+    (head,) = [node["id"] for node in nodes if node["cpus"] == 0]
+    (worker,) = [node["id"] for node in nodes if node["cpus"] > 0]
+    placements = remote["placements"]
+    assert set(placements) == set(remote["status"]) - {"report"}  # the driver renders the report
+    assert {where["node"] for where in placements.values()} == {worker} != {head}
+    assert os.getpid() not in {where["pid"] for where in placements.values()}
