@@ -35,7 +35,7 @@ from bayesflow.dag.plan import Stage
 from bayesflow.dag.transfer import PackedResult, pack_entry, run_packed, unpack_files
 from bayesflow.errors import BayesflowError, ClusterError, StageError
 
-__all__ = ["RayExecutor", "RemoteStageError", "check_reachable", "remote_error"]
+__all__ = ["RayExecutor", "RemoteStageError", "check_reachable", "remote_error", "task_options"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _WHERE = re.compile(r"\(pid=(?P<pid>\d+), ip=(?P<ip>[^)]+)\)")
@@ -118,6 +118,21 @@ def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
             f"execution.address {address!r}: nothing answers at {host}:{port} ({reason}, "
             f"waited {seconds:g} s); start the cluster (`ray start --head`) or correct the address"
         ) from None
+
+
+# Ray's own task options among a stage's resources; any other name is a custom resource.
+TASK_OPTIONS = frozenset({"num_cpus", "num_gpus", "memory"})
+
+
+def task_options(resources: dict[str, float]) -> dict[str, Any]:
+    """Ray task options from one ``execution.resources`` entry: ``num_cpus``, ``num_gpus``
+    and ``memory`` as they are, any other name a custom resource of the cluster's nodes
+    (``ray start --resources='{"big_memory": 1}'``)."""
+    options: dict[str, Any] = {name: value for name, value in resources.items() if name in TASK_OPTIONS}
+    custom = {name: value for name, value in resources.items() if name not in TASK_OPTIONS}
+    if custom:
+        options["resources"] = custom
+    return options
 
 
 class RayExecutor:
@@ -208,7 +223,7 @@ class RayExecutor:
     def submit(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> Future[dict[str, Any]]:
         """Start ``stage`` as a Ray task with its method's or kind's resources; when it
         returns, write its files into ``staging`` (here, on the driver)."""
-        options = self.resources.get(stage.method or stage.kind, self.resources.get(stage.kind, {}))
+        options = task_options(self.resources.get(stage.method or stage.kind, self.resources.get(stage.kind, {})))
         task = self.remote.options(**options) if options else self.remote
         references = [self._input(entry) for entry in inputs.values()]
         reference = task.remote(self.runner, stage, list(inputs), *references)

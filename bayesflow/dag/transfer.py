@@ -58,8 +58,8 @@ class PackedResult:
     Attributes:
         values: the stage's small values.
         files: its output files, relative path → bytes.
-        placement: where it ran: ``host``, ``ip``, ``pid`` and ``node`` (the Ray node
-            id, when it ran in Ray).
+        placement: where it ran: ``host`` and ``pid``; in Ray also ``node`` (the node
+            id), ``ip`` and ``resources`` (what the task held, e.g. ``{"CPU": 1.0}``).
     """
 
     values: dict[str, Any]
@@ -108,6 +108,7 @@ def _placement() -> dict[str, Any]:
             context = ray.get_runtime_context()
             where["node"] = context.get_node_id()
             where["ip"] = ray.util.get_node_ip_address()
+            where["resources"] = dict(context.get_assigned_resources())
     except ImportError:  # pragma: no cover - only called inside Ray tasks
         pass
     return where

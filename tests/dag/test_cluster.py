@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,57 @@ def test_an_unreachable_address_fails_within_seconds_naming_it() -> None:
         server.bind(("127.0.0.1", 0))
         server.listen()
         check_reachable(f"ray://127.0.0.1:{server.getsockname()[1]}")
+
+
+def test_resources_name_ray_options_and_custom_resources() -> None:
+    """num_cpus, num_gpus and memory are Ray's options; any other name a custom resource."""
+    from bayesflow.dag.cluster import task_options
+
+    assert task_options({}) == {}
+    assert task_options({"num_cpus": 2, "num_gpus": 1}) == {"num_cpus": 2, "num_gpus": 1}
+    assert task_options({"num_gpus": 0.5, "big_memory": 1}) == {"num_gpus": 0.5, "resources": {"big_memory": 1}}
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [([], "cpu"), ([0], "cuda")])
+def test_auto_device_takes_cuda_only_where_the_ray_task_holds_a_gpu(
+    monkeypatch: pytest.MonkeyPatch, gpus: list[int], expected: str
+) -> None:
+    """Ray leaves every GPU visible to a task that asked for none: ``auto`` asks Ray which
+    GPUs the task holds (a double of a CUDA machine inside a Ray task)."""
+    import types
+
+    import torch
+
+    from bayesflow.stages.context import holds_gpu
+
+    worker = pytest.importorskip("ray._private.worker", reason="Ray is the optional extra")
+    context = types.SimpleNamespace(worker=types.SimpleNamespace(mode=worker.WORKER_MODE))
+    fake = types.SimpleNamespace(is_initialized=lambda: True, get_runtime_context=lambda: context,
+                                 get_gpu_ids=lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    assert ("cuda" if holds_gpu() else "cpu") == expected
+    context.worker.mode = worker.SCRIPT_MODE  # the driver, or a script: any visible GPU
+    assert holds_gpu()
+
+
+@pytest.mark.slow
+def test_a_task_holds_the_resources_its_method_or_kind_asks_for(tmp_path: Path) -> None:
+    """On a local Ray with a custom resource: a method's entry wins over its kind's, and
+    each task holds what its entry names (the plumbing a GPU entry goes through)."""
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra bayesflow-workflows[ray]")
+    from bayesflow.dag.cluster import RayExecutor
+
+    ray.init(num_cpus=2, resources={"special": 1}, include_dashboard=False, log_to_driver=False)
+    try:
+        executor = RayExecutor(Copier(), resources={"wide": {"num_cpus": 2}, "fit": {"special": 1}}, workers=2)
+        stages = [Stage("fit/wide", "fit", (), "kw", method="wide"), Stage("fit/other", "fit", (), "ko", method="x"),
+                  Stage("evaluate/x", "evaluate", (), "ke", method="x")]
+        for stage in stages:
+            (tmp_path / stage.key).mkdir()
+            executor.submit(stage, {}, tmp_path / stage.key).result(timeout=300)
+        held = {name: where["resources"] for name, where in executor.placements.items()}
+        assert held == {"fit/wide": {"CPU": 2.0}, "fit/other": {"CPU": 1.0, "special": 1.0},
+                        "evaluate/x": {"CPU": 1.0}}
+    finally:
+        ray.shutdown()
