@@ -113,10 +113,11 @@ def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds):
             pass
     except OSError as error:
-        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        reason = (f"no answer in {seconds:g} s" if isinstance(error, TimeoutError)
+                  else error.strerror or str(error))
         raise ClusterError(
-            f"execution.address {address!r}: nothing answers at {host}:{port} ({reason}, "
-            f"waited {seconds:g} s); start the cluster (`ray start --head`) or correct the address"
+            f"execution.address {address!r}: nothing answers at {host}:{port} ({reason}); "
+            "start the cluster (`ray start --head`) or correct the address"
         ) from None
 
 
@@ -194,9 +195,9 @@ class RayExecutor:
                 where = f"the Ray cluster at {address!r}" if address else "a local Ray"
                 raise ClusterError(
                     f"execution.address: cannot connect to {where}: "
-                    f"{strip_colours(str(error)).strip()}. A cluster started with token "
-                    "authentication (Ray 2.60's default) needs RAY_AUTH_MODE=token and its "
-                    "token (~/.ray/auth_token or RAY_AUTH_TOKEN) here too"
+                    f"{strip_colours(str(error)).strip()}. Check that a Ray head listens there; "
+                    "a head started with token authentication needs RAY_AUTH_MODE=token and "
+                    "its token (~/.ray/auth_token, or RAY_AUTH_TOKEN) in the driver's environment"
                 ) from None
         if workers and (workers > 1 or not address):
             self.workers = int(workers)

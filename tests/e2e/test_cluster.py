@@ -11,6 +11,7 @@ reason, where the test is not root or ``unshare`` is missing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ ROOT = Path(__file__).parents[2]
 WORKFLOW = ROOT / "workflows" / "cold_posterior.yaml"
 START_SECONDS = 180
 RUN_SECONDS = 900
+_RANGES = itertools.count()  # each node of this process gets the next range of worker ports
 METRICS = ["test_nll", "test_accuracy", "test_ece", "test_brier"]
 
 # The driver: runs the workflow with the overrides in argv and prints what happened.
@@ -69,7 +71,7 @@ def _node_ports() -> list[str]:
     names = ["node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"]
     ports = _free_ports(len(names))
-    low = 20000 + (os.getpid() * 97) % 30000  # a worker-port range of its own
+    low = 20000 + (os.getpid() * 97 + 400 * next(_RANGES)) % 30000  # worker ports of its own
     return [f"--{name}={port}" for name, port in zip(names, ports)] + [
         f"--min-worker-port={low}", f"--max-worker-port={low + 199}",
     ]
@@ -85,6 +87,10 @@ class Cluster:
     processes: list[subprocess.Popen[bytes]]
     root: Path
 
+    def overrides(self, workers: int) -> list[str]:
+        """The overrides that run a workflow on this cluster, ``workers`` stages at once."""
+        return ["execution.executor=ray", f"execution.address={self.address}", f"execution.workers={workers}"]
+
     def stop(self) -> None:
         """Kill both nodes' process groups (TERM, then KILL) and remove their folders."""
         for process in self.processes:
@@ -99,12 +105,30 @@ class Cluster:
             process.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def add_worker(self) -> subprocess.Popen[bytes]:
+        """Start one more worker node (two CPUs) in its own mount namespace, the run folder
+        hidden under an empty tmpfs and another working folder, as another machine."""
+        ray_cli = str(Path(sys.executable).parent / "ray")
+        command = " ".join([ray_cli, "start", "--block", f"--address={self.address}", "--num-cpus=2",
+                            "--disable-usage-stats", *_node_ports()])
+        elsewhere = self.root / "elsewhere"
+        shell = f"mount -t tmpfs tmpfs {self.run_folder} && cd {elsewhere} && exec {command}"
+        log = self.root / f"worker-{len(self.processes)}.log"
+        with log.open("wb") as stream:
+            process = subprocess.Popen(
+                ["unshare", "-m", "--propagation", "private", "sh", "-c", shell], cwd=elsewhere,
+                env=self.env, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self.processes.append(process)
+        _wait_for_nodes(self, len(self.processes), log)
+        return process
+
     def nodes(self) -> list[dict[str, Any]]:
         """Every alive node's id and CPUs, asked of the cluster by a short driver."""
-        code = ("import json, ray; ray.init(address=%r, include_dashboard=False, log_to_driver=False); "
-                "print('NODES ' + json.dumps([{'id': n['NodeID'], 'cpus': n['Resources'].get('CPU', 0)} "
-                "for n in ray.nodes() if n['Alive']]))") % self.address
-        found = _json_line(_python(code, self.root, self.env, 120), "NODES ")
+        code = ("import json, sys, ray; ray.init(address=sys.argv[1], include_dashboard=False, "
+                "log_to_driver=False); print('NODES ' + json.dumps([{'id': n['NodeID'], "
+                "'cpus': n['Resources'].get('CPU', 0)} for n in ray.nodes() if n['Alive']]))")
+        found = _json_line(_python(code, self.root, self.env, 120, self.address), "NODES ")
         assert isinstance(found, list)
         return found
 
@@ -160,10 +184,6 @@ def cluster() -> Iterator[Cluster]:
     head_command = [ray_cli, "start", "--head", "--block", "--num-cpus=0", f"--port={port}",
                     "--include-dashboard=false", f"--temp-dir={temp}", f"--ray-client-server-port={client}",
                     "--disable-usage-stats", *_node_ports()]
-    worker_command = " ".join([ray_cli, "start", "--block", f"--address=127.0.0.1:{port}", "--num-cpus=2",
-                               "--disable-usage-stats", *_node_ports()])
-    # The worker node: its own mount namespace, the run folder hidden under an empty tmpfs.
-    shell = f"mount -t tmpfs tmpfs {run_folder} && cd {elsewhere} && exec {worker_command}"
     processes: list[subprocess.Popen[bytes]] = []
     made = Cluster(f"127.0.0.1:{port}", run_folder, env, processes, root)
     try:
@@ -171,12 +191,7 @@ def cluster() -> Iterator[Cluster]:
             processes.append(subprocess.Popen(head_command, cwd=elsewhere, env=env, stdout=log,
                                               stderr=subprocess.STDOUT, start_new_session=True))
         _wait_for_nodes(made, 1, root / "head.log")
-        with (root / "worker.log").open("wb") as log:
-            processes.append(subprocess.Popen(
-                ["unshare", "-m", "--propagation", "private", "sh", "-c", shell], cwd=elsewhere,
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            ))
-        _wait_for_nodes(made, 2, root / "worker.log")
+        made.add_worker()
         yield made
     finally:
         made.stop()
@@ -215,8 +230,9 @@ def test_a_cluster_without_a_shared_folder_computes_the_local_cells(cluster: Clu
     env = {key: value for key, value in cluster.env.items() if key != "RAY_AUTH_MODE"}
     local = _run(tmp_path, env)
     assert local["exit_code"] == 0, local["errors"]
-    remote = _run(cluster.run_folder, cluster.env, "execution.executor=ray",
-                  f"execution.address={cluster.address}", "execution.workers=2")
+    folder = cluster.run_folder / "two-nodes"
+    folder.mkdir()
+    remote = _run(folder, cluster.env, *cluster.overrides(2))
     assert remote["exit_code"] == 0, remote["errors"]
     assert remote["status"] == local["status"]  # the same stages, every one ran
     assert set(remote["status"].values()) == {"ran"}
@@ -232,3 +248,61 @@ def test_a_cluster_without_a_shared_folder_computes_the_local_cells(cluster: Clu
     assert set(placements) == set(remote["status"]) - {"report"}  # the driver renders the report
     assert {where["node"] for where in placements.values()} == {worker} != {head}
     assert os.getpid() not in {where["pid"] for where in placements.values()}
+
+
+def _is_cell(name: str) -> bool:
+    """Whether a stage computes one cell (a fit, its evaluation), not a plot or the report."""
+    return not name.startswith("plot/") and name != "report"
+
+
+def _raylet_of(node: subprocess.Popen[bytes]) -> int:
+    """The pid of the raylet in ``node``'s process group."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                name = (entry / "comm").read_text().strip()
+            except OSError:  # gone meanwhile
+                continue
+            if name == "raylet" and int(fields[2]) == node.pid:
+                return int(entry.name)
+    raise AssertionError(f"no raylet in process group {node.pid}")
+
+
+def test_a_node_lost_mid_run_costs_only_its_stages(cluster: Cluster) -> None:
+    """A second worker node's raylet killed while stages run on it: its stages are retried
+    on the node left, or the run ends with exactly those stages failed and named; a rerun
+    computes exactly the stages that did not finish and gives every cell."""
+    doomed = cluster.add_worker()
+    folder = cluster.run_folder / "node-loss"
+    folder.mkdir()
+    command = [sys.executable, "-c", DRIVER, str(WORKFLOW), *SMALL, *cluster.overrides(4)]
+    with (cluster.root / "node-loss.log").open("w") as log:
+        driver = subprocess.Popen(command, cwd=folder, env=cluster.env, stdout=log, stderr=subprocess.STDOUT,
+                                  text=True)
+        cache = folder / ".bayesflow" / "cache"
+        deadline = time.monotonic() + RUN_SECONDS
+        # Kill the node once the run is under way: a few stages committed, others in flight.
+        while driver.poll() is None and time.monotonic() < deadline:
+            if cache.is_dir() and sum(1 for path in cache.glob("*/outputs.json")) >= 3:
+                os.kill(_raylet_of(doomed), signal.SIGKILL)
+                break
+            time.sleep(0.2)
+        driver.wait(timeout=max(1, deadline - time.monotonic()))
+    first = _json_line(subprocess.CompletedProcess(command, driver.returncode,
+                                                   (cluster.root / "node-loss.log").read_text(), ""), "OUTCOME ")
+    unfinished = {name for name, status in first["status"].items() if status not in ("ran", "cached")}
+    print(f"node lost: exit {first['exit_code']}, unfinished {sorted(unfinished)}, "  # shown with -s
+          f"errors {first['errors']}, placements {first['placements']}")
+    if first["exit_code"] == 0:
+        assert not unfinished  # every stage of the lost node was retried on the other
+    else:
+        failed = {name for name, status in first["status"].items() if status == "failed"}
+        assert failed and all(first["errors"][name] for name in failed)  # each named, with why
+    again = _run(folder, cluster.env, *cluster.overrides(4))
+    assert again["exit_code"] == 0, again["errors"]
+    ran = {name for name, status in again["status"].items() if status == "ran"}
+    # Plots and the report read every cell: drawn without the lost ones, they are drawn again.
+    assert {name for name in ran if _is_cell(name)} == {name for name in unfinished if _is_cell(name)}
+    assert all(status in ("ran", "cached") for status in again["status"].values())
+    assert len(again["results"]) == 9
