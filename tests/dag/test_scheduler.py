@@ -350,3 +350,16 @@ def test_make_executor_follows_the_execution_section(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingDependencyError, match=r"bayesflow-workflows\[ray\]"):
         make_executor(ExecutionSpec(executor="ray"), recorder)
+
+
+def test_kinds_an_executor_leaves_to_the_driver_run_in_this_process(tmp_path: Path) -> None:
+    """An executor's ``driver_kinds`` (Ray: the report) are computed inline here, cached as
+    any stage, and its ``placements`` reach the outcome."""
+    recorder = Recorder()
+    executor = ThreadExecutor(recorder, workers=2)
+    executor.driver_kinds = frozenset({"evaluate"})  # type: ignore[attr-defined]
+    executor.placements = {"fit/a": {"node": "n1"}}  # type: ignore[attr-defined]
+    outcome = execute(chain_plan(), recorder, Cache(tmp_path), executor=executor)
+    assert outcome.ok and sorted(executor.sent) == ["fit/a", "fit/c"]
+    assert Cache(tmp_path).get("kb") is not None
+    assert outcome.placements == {"fit/a": {"node": "n1"}}
