@@ -71,7 +71,8 @@ def _node_ports() -> list[str]:
     names = ["node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"]
     ports = _free_ports(len(names))
-    low = 20000 + (os.getpid() * 97 + 400 * next(_RANGES)) % 30000  # worker ports of its own
+    # Worker ports of its own, below the ephemeral range the free ports above come from.
+    low = 10000 + (os.getpid() * 97 + 400 * next(_RANGES)) % 20000
     return [f"--{name}={port}" for name, port in zip(names, ports)] + [
         f"--min-worker-port={low}", f"--max-worker-port={low + 199}",
     ]
@@ -82,14 +83,17 @@ class Cluster:
     """Two Ray nodes started by the test."""
 
     address: str
+    client: str
     run_folder: Path
     env: dict[str, str]
     processes: list[subprocess.Popen[bytes]]
     root: Path
 
-    def overrides(self, workers: int) -> list[str]:
-        """The overrides that run a workflow on this cluster, ``workers`` stages at once."""
-        return ["execution.executor=ray", f"execution.address={self.address}", f"execution.workers={workers}"]
+    def overrides(self, workers: int, address: str = "") -> list[str]:
+        """The overrides that run a workflow on this cluster (at ``address``, default its
+        head's GCS), ``workers`` stages at once."""
+        return ["execution.executor=ray", f"execution.address={address or self.address}",
+                f"execution.workers={workers}"]
 
     def stop(self) -> None:
         """Kill both nodes' process groups (TERM, then KILL) and remove their folders."""
@@ -180,12 +184,12 @@ def cluster() -> Iterator[Cluster]:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
            "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    port, client = _free_ports(2)
+    port, client, dashboard = _free_ports(3)
     head_command = [ray_cli, "start", "--head", "--block", "--num-cpus=0", f"--port={port}",
-                    "--include-dashboard=false", f"--temp-dir={temp}", f"--ray-client-server-port={client}",
+                    "--include-dashboard=false", f"--dashboard-port={dashboard}", f"--temp-dir={temp}", f"--ray-client-server-port={client}",
                     "--disable-usage-stats", *_node_ports()]
     processes: list[subprocess.Popen[bytes]] = []
-    made = Cluster(f"127.0.0.1:{port}", run_folder, env, processes, root)
+    made = Cluster(f"127.0.0.1:{port}", f"ray://127.0.0.1:{client}", run_folder, env, processes, root)
     try:
         with (root / "head.log").open("wb") as log:
             processes.append(subprocess.Popen(head_command, cwd=elsewhere, env=env, stdout=log,
@@ -250,23 +254,48 @@ def test_a_cluster_without_a_shared_folder_computes_the_local_cells(cluster: Clu
     assert os.getpid() not in {where["pid"] for where in placements.values()}
 
 
+def test_a_driver_through_ray_client_computes_every_cell(cluster: Cluster) -> None:
+    """``execution.address: ray://HOST:PORT`` (Ray Client, a driver outside the cluster)
+    runs every stage on the worker node and gives every cell."""
+    folder = cluster.run_folder / "client"
+    folder.mkdir()
+    outcome = _run(folder, cluster.env, *cluster.overrides(2, cluster.client))
+    assert outcome["exit_code"] == 0, outcome["errors"]
+    assert set(outcome["status"].values()) == {"ran"} and len(outcome["results"]) == 9
+    workers = {node["id"] for node in cluster.nodes() if node["cpus"] > 0}
+    assert {where["node"] for where in outcome["placements"].values()} <= workers
+
+
 def _is_cell(name: str) -> bool:
     """Whether a stage computes one cell (a fit, its evaluation), not a plot or the report."""
     return not name.startswith("plot/") and name != "report"
 
 
-def _raylet_of(node: subprocess.Popen[bytes]) -> int:
-    """The pid of the raylet in ``node``'s process group."""
+def _processes() -> Iterator[tuple[int, int, int, str]]:
+    """Every process's pid, parent pid, process group and command line."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                name = (entry / "comm").read_text().strip()
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:  # gone meanwhile
                 continue
-            if name == "raylet" and int(fields[2]) == node.pid:
-                return int(entry.name)
+            yield int(entry.name), int(fields[1]), int(fields[2]), command
+
+
+def _raylet_of(node: subprocess.Popen[bytes]) -> int:
+    """The pid of the raylet in ``node``'s process group."""
+    for pid, _, group, command in _processes():
+        if group == node.pid and command.split(" ", 1)[0].endswith("/raylet"):
+            return pid
     raise AssertionError(f"no raylet in process group {node.pid}")
+
+
+def _computing(node: subprocess.Popen[bytes]) -> bool:
+    """Whether a Ray worker of ``node`` (a child of its raylet, in a process group of its
+    own) is running a stage: Ray names the process after the task while it runs."""
+    raylet = _raylet_of(node)
+    return any(parent == raylet and command.startswith("ray::run_remote") for _, parent, _, command in _processes())
 
 
 def test_a_node_lost_mid_run_costs_only_its_stages(cluster: Cluster) -> None:
@@ -280,15 +309,17 @@ def test_a_node_lost_mid_run_costs_only_its_stages(cluster: Cluster) -> None:
     with (cluster.root / "node-loss.log").open("w") as log:
         driver = subprocess.Popen(command, cwd=folder, env=cluster.env, stdout=log, stderr=subprocess.STDOUT,
                                   text=True)
-        cache = folder / ".bayesflow" / "cache"
         deadline = time.monotonic() + RUN_SECONDS
-        # Kill the node once the run is under way: a few stages committed, others in flight.
+        killed = False
+        # Kill the node's raylet while it computes a stage (a task of it is in flight).
         while driver.poll() is None and time.monotonic() < deadline:
-            if cache.is_dir() and sum(1 for path in cache.glob("*/outputs.json")) >= 3:
+            if _computing(doomed):
                 os.kill(_raylet_of(doomed), signal.SIGKILL)
+                killed = True
                 break
-            time.sleep(0.2)
+            time.sleep(0.1)
         driver.wait(timeout=max(1, deadline - time.monotonic()))
+    assert killed, "the second worker node computed no stage while the run went"
     first = _json_line(subprocess.CompletedProcess(command, driver.returncode,
                                                    (cluster.root / "node-loss.log").read_text(), ""), "OUTCOME ")
     unfinished = {name for name, status in first["status"].items() if status not in ("ran", "cached")}
