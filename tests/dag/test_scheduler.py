@@ -333,6 +333,9 @@ def test_executors_satisfy_the_protocol(tmp_path: Path, kind: str) -> None:
         bad = executor.submit(Stage("fit/bad", "fit", (), "kb"), {}, tmp_path / "bad")
         assert isinstance(good, Future) and good.result(timeout=HANG_SECONDS)["inputs"] == []
         assert "fit/bad diverged" in str(bad.exception(timeout=HANG_SECONDS))
+        if kind == "ray":  # said plainly: the cause's type first, the node, no colour codes
+            text = str(bad.exception())
+            assert text.startswith("FloatingPointError: fit/bad diverged (on node ") and "\x1b" not in text
         assert (tmp_path / "good" / "out.txt").read_text() == "fit/good"
     finally:
         executor.shutdown()

@@ -71,8 +71,9 @@ def _node_ports() -> list[str]:
     names = ["node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"]
     ports = _free_ports(len(names))
-    # Worker ports of its own, below the ephemeral range the free ports above come from.
-    low = 10000 + (os.getpid() * 97 + 400 * next(_RANGES)) % 20000
+    # Worker ports of its own: above the ports Ray Client's server gives its sessions (from
+    # 23000) and below the ephemeral range the free ports above come from (from 32768).
+    low = 24100 + (os.getpid() * 97 + 400 * next(_RANGES)) % 8200
     return [f"--{name}={port}" for name, port in zip(names, ports)] + [
         f"--min-worker-port={low}", f"--max-worker-port={low + 199}",
     ]
