@@ -338,3 +338,20 @@ def test_a_node_lost_mid_run_costs_only_its_stages(cluster: Cluster) -> None:
     assert {name for name in ran if _is_cell(name)} == {name for name in unfinished if _is_cell(name)}
     assert all(status in ("ran", "cached") for status in again["status"].values())
     assert len(again["results"]) == 9
+
+
+def test_an_unreachable_address_ends_the_run_at_once_naming_it(tmp_path: Path) -> None:
+    """No head at ``execution.address``: exit code 1 and one line naming the address,
+    before any stage (on main it waited for Ray's connection to time out)."""
+    pytest.importorskip("ray", reason="Ray is the optional extra bayesflow-workflows[ray]")
+    (port,) = _free_ports(1)
+    completed = subprocess.run(
+        [sys.executable, "-m", "bayesflow.cli", "run", str(WORKFLOW), *SMALL, "execution.executor=ray",
+         f"execution.address=127.0.0.1:{port}"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=RUN_SECONDS, check=False,
+    )
+    assert completed.returncode == 1
+    assert (f"error: execution.address '127.0.0.1:{port}': nothing answers at 127.0.0.1:{port} "
+            "(Connection refused)") in completed.stderr
+    assert "Traceback" not in completed.stderr
