@@ -9,6 +9,7 @@ can catch one class. The tree::
     ├── RegistryError             a name is not in a registry (wrapped into SpecError when
     │                             it comes from a spec)
     ├── MissingDependencyError    an optional extra is not installed
+    ├── ClusterError              the Ray cluster at execution.address cannot be reached
     ├── StageError                a stage failed while running (exit code 1)
     │   ├── DivergenceError       a fit produced NaN or inf
     │   └── ReportError           a report cell raised (bayesflow.report.render)
@@ -27,6 +28,7 @@ from __future__ import annotations
 __all__ = [
     "BayesflowError",
     "CacheLockError",
+    "ClusterError",
     "DataError",
     "DivergenceError",
     "MissingDependencyError",
@@ -95,6 +97,13 @@ class RegistryError(BayesflowError, KeyError):
 
 class MissingDependencyError(BayesflowError, ImportError):
     """An optional dependency is needed; the message names the install command."""
+
+
+class ClusterError(BayesflowError):
+    """The Ray cluster ``execution.address`` names does not answer, or refuses the driver
+    (exit code 1, as the tracking store's and the cache lock's errors)."""
+
+    exit_code = 1
 
 
 class StageError(BayesflowError):

@@ -1,5 +1,8 @@
 """Where stages are computed: this process, local worker processes, or Ray tasks.
 
+The Ray executor lives in :mod:`bayesflow.dag.cluster`: its tasks get their inputs as
+values and send their outputs back, so its nodes need no folder shared with this one.
+
 Every executor implements :class:`Executor`, modelled on
 :class:`concurrent.futures.Executor`: ``submit(stage, inputs, staging)`` computes one
 stage into its staging folder and returns a future of the stage's small values. The
@@ -28,7 +31,6 @@ __all__ = [
     "Executor",
     "InlineExecutor",
     "ProcessExecutor",
-    "RayExecutor",
     "RunStage",
     "make_executor",
 ]
@@ -153,76 +155,6 @@ class ProcessExecutor:
         self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
 
 
-class RayExecutor:
-    """Ray tasks on a local Ray instance or the cluster at ``address``.
-
-    Each method or stage kind may ask for resources, e.g.
-    ``{"fit": {"num_cpus": 1, "num_gpus": 0}}`` (a method's entry wins over its kind's).
-    """
-
-    accepts_uncacheable = False
-
-    def __init__(
-        self, run_stage: RunStage, address: str | None = None,
-        resources: dict[str, dict[str, float]] | None = None, workers: int | None = None,
-    ) -> None:
-        """Connect to (or start) Ray and put ``run_stage`` in its object store.
-
-        Args:
-            run_stage: computes one stage (picklable).
-            address: a Ray cluster address; None starts a local Ray with ``workers`` CPUs.
-            resources: Ray task options per method name or stage kind.
-            workers: stages at once; on a cluster, 1 or None means one per cluster CPU.
-
-        Raises:
-            MissingDependencyError: Ray (the extra ``bayesflow-workflows[ray]``) is missing.
-        """
-        from bayesflow.errors import MissingDependencyError
-
-        try:
-            import ray
-        except ImportError as exc:
-            raise MissingDependencyError(
-                "execution.executor: ray needs Ray; install it with "
-                "`pip install 'bayesflow-workflows[ray]'`"
-            ) from exc
-        self.ray = ray
-        self.owns_ray = not ray.is_initialized()
-        if self.owns_ray:
-            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-            if address:
-                options["address"] = address
-            elif workers:
-                options["num_cpus"] = workers
-            from bayesflow.stopping import restore_after
-
-            # ray.init installs a SIGTERM handler (sys.exit) that would skip the cleanup.
-            restore_after(ray.init, **options)
-        if workers and (workers > 1 or not address):
-            self.workers = int(workers)
-        else:
-            self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self.runner = ray.put(run_stage)
-        self.resources = resources or {}
-
-        @ray.remote
-        def run_remote(runner: Any, stage: Stage, inputs: dict[str, Entry], staging: str) -> dict[str, Any]:
-            return runner(stage, inputs, Path(staging))
-
-        self.remote = run_remote
-
-    def submit(self, stage: Stage, inputs: dict[str, Entry], staging: Path) -> Future[dict[str, Any]]:
-        """Start ``stage`` as a Ray task with its method's or kind's resources."""
-        options = self.resources.get(stage.method or stage.kind, self.resources.get(stage.kind, {}))
-        task = self.remote.options(**options) if options else self.remote
-        return task.remote(self.runner, stage, inputs, str(staging)).future()
-
-    def shutdown(self, cancel: bool = False) -> None:
-        """Shut Ray down if this executor started it."""
-        if self.owns_ray:
-            self.ray.shutdown()
-
-
 def make_executor(execution: Any, run_stage: RunStage) -> Executor:
     """The executor a spec's ``execution`` section asks for.
 
@@ -241,6 +173,8 @@ def make_executor(execution: Any, run_stage: RunStage) -> Executor:
     kind = getattr(execution, "executor", "local")
     workers = int(getattr(execution, "workers", 1) or 1)
     if kind == "ray":
+        from bayesflow.dag.cluster import RayExecutor
+
         return RayExecutor(
             run_stage, getattr(execution, "address", None),
             getattr(execution, "resources", None), workers,

@@ -65,6 +65,7 @@ class Outcome:
     status: dict[str, str] = field(default_factory=dict)  # ran | cached | failed | skipped
     errors: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    placements: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a stage ran
 
     @property
     def failed(self) -> list[str]:
@@ -230,6 +231,8 @@ class _Scheduler:
         except BaseException:
             self._abandon()
             raise
+        finally:
+            self.outcome.placements.update(getattr(self.executor, "placements", {}))
         self.executor.shutdown()
         return self.outcome
 
@@ -277,6 +280,9 @@ class _Scheduler:
                 return False
             self._submit(stage, self.local)
             return True
+        # A kind the executor leaves to this process (Ray: the report, whose kernel this
+        # process started while the fits ran).
+        executor = self.local if stage.kind in getattr(self.executor, "driver_kinds", ()) else self.executor
         if stage.key in self.computing:  # the same key is being computed: reuse it after
             return False
         if stage.key in self.computed:
@@ -289,7 +295,7 @@ class _Scheduler:
         if entry is not None:
             self._succeed(stage, entry, cached=True)
             return True
-        self._submit(stage, self.executor)
+        self._submit(stage, executor)
         return True
 
     def _reusable(self, stage: Stage) -> Entry | None:

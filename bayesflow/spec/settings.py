@@ -231,12 +231,16 @@ class ExecutionSpec(Strict):
         "separate processes (or Ray tasks) while this process alone writes to MLflow.",
     )
     address: str | None = Field(
-        None, description="Ray cluster address (e.g. `ray://head:10001`); null starts a local Ray."
+        None,
+        description="Ray cluster address: `HOST:PORT` of the head (the driver on a cluster node), "
+        "`auto` inside a Ray job, or `ray://HOST:10001` (Ray Client); null starts a local Ray. "
+        "See docs/distributed.md.",
     )
     resources: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description="Ray resources per method name or stage kind, e.g. "
-        "`{sghmc: {num_cpus: 2, num_gpus: 1}}`.",
+        "`{sghmc: {num_cpus: 2, num_gpus: 1}}`; a name other than num_cpus, num_gpus and "
+        "memory is a custom resource of the nodes.",
     )
     cache_dir: str = Field(
         ".bayesflow/cache", description="Folder of finished stage outputs (reused by reruns)."

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["WorkflowContext", "describe_cell", "describe_error"]
+__all__ = ["WorkflowContext", "describe_cell", "describe_error", "holds_gpu"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class WorkflowContext:
             torch.set_num_threads(threads)
         wanted = self.spec.execution.device
         if wanted == "auto":
-            wanted = "cuda" if torch.cuda.is_available() else "cpu"
+            wanted = "cuda" if holds_gpu() else "cpu"
         if wanted == "cuda" and not torch.cuda.is_available():
             raise StageError(
                 "execution.device is `cuda` but torch sees no CUDA device; "
@@ -105,6 +105,25 @@ class WorkflowContext:
         import torch
 
         return torch.Generator(device=device).manual_seed(int(seed))
+
+
+def holds_gpu() -> bool:
+    """Whether this process may use a CUDA device: torch sees one and, inside a Ray task,
+    the task holds a GPU (Ray leaves every GPU visible to a task that asked for none, so
+    ``execution.device: auto`` would otherwise share a GPU that another task holds)."""
+    import sys
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        from ray._private.worker import WORKER_MODE
+
+        if ray.get_runtime_context().worker.mode == WORKER_MODE:  # a task, not the driver
+            return bool(ray.get_gpu_ids())
+    return True
 
 
 def describe_cell(stage: Stage) -> str:

@@ -310,7 +310,7 @@ def _protocol_executor(kind: str, recorder: Recorder) -> Executor:
     """An executor of ``kind`` (Ray on a local two-CPU instance)."""
     if kind == "ray":
         pytest.importorskip("ray", reason="Ray is the optional extra bayesflow-workflows[ray]")
-        from bayesflow.dag.executors import RayExecutor
+        from bayesflow.dag.cluster import RayExecutor
 
         return RayExecutor(recorder, workers=2)
     return ProcessExecutor(recorder, 2) if kind == "process" else InlineExecutor(recorder)
@@ -333,6 +333,9 @@ def test_executors_satisfy_the_protocol(tmp_path: Path, kind: str) -> None:
         bad = executor.submit(Stage("fit/bad", "fit", (), "kb"), {}, tmp_path / "bad")
         assert isinstance(good, Future) and good.result(timeout=HANG_SECONDS)["inputs"] == []
         assert "fit/bad diverged" in str(bad.exception(timeout=HANG_SECONDS))
+        if kind == "ray":  # said plainly: the cause's type first, the node, no colour codes
+            text = str(bad.exception())
+            assert text.startswith("FloatingPointError: fit/bad diverged (on node ") and "\x1b" not in text
         assert (tmp_path / "good" / "out.txt").read_text() == "fit/good"
     finally:
         executor.shutdown()
@@ -350,3 +353,16 @@ def test_make_executor_follows_the_execution_section(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingDependencyError, match=r"bayesflow-workflows\[ray\]"):
         make_executor(ExecutionSpec(executor="ray"), recorder)
+
+
+def test_kinds_an_executor_leaves_to_the_driver_run_in_this_process(tmp_path: Path) -> None:
+    """An executor's ``driver_kinds`` (Ray: the report) are computed inline here, cached as
+    any stage, and its ``placements`` reach the outcome."""
+    recorder = Recorder()
+    executor = ThreadExecutor(recorder, workers=2)
+    executor.driver_kinds = frozenset({"evaluate"})  # type: ignore[attr-defined]
+    executor.placements = {"fit/a": {"node": "n1"}}  # type: ignore[attr-defined]
+    outcome = execute(chain_plan(), recorder, Cache(tmp_path), executor=executor)
+    assert outcome.ok and sorted(executor.sent) == ["fit/a", "fit/c"]
+    assert Cache(tmp_path).get("kb") is not None
+    assert outcome.placements == {"fit/a": {"node": "n1"}}
