@@ -28,10 +28,11 @@ Three predictives use the moments:
 
 How a posterior plugs in (:class:`FunctionalVariance`): any Gaussian posterior that can map
 a chunk of Jacobians J (chunk, k, d) to ``J Σ Jᵀ`` (chunk, k, k) serves. Diagonal (``var``)
-and dense (``cov``) posteriors get one from :func:`functional_variance_of`; a posterior
-whose Σ has another structure (Kronecker factors) gives its own as an attribute
-``functional_variance`` of the :class:`~bayesflow.engines.base.Posterior` it returns, and
-that one is used instead.
+and dense (``cov``) posteriors get one from :func:`functional_variance_of`, and so does a
+posterior holding Kronecker-factored blocks as ``kronecker`` (KFAC Laplace:
+:func:`kronecker_variance`, block by block in the factors' eigenbasis, Σ never formed); a
+posterior whose Σ has yet another structure sets an attribute ``functional_variance`` on the
+:class:`~bayesflow.engines.base.Posterior` it returns, and that one is used instead.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ __all__ = [
     "Moments",
     "functional_moments",
     "functional_variance_of",
+    "kronecker_variance",
     "moment_chunks",
     "probit_probabilities",
     "sample_outputs",
@@ -80,7 +82,8 @@ class Moments(NamedTuple):
 
 def functional_variance_of(posterior: Posterior) -> FunctionalVariance:
     """The ``J ↦ J Σ Jᵀ`` of a Gaussian posterior: its own ``functional_variance`` when it
-    has one, else from ``cov`` (J Σ Jᵀ) or ``var`` ((J ⊙ var) Jᵀ).
+    has one; for Kronecker-factored blocks (a ``kronecker`` covariance, KFAC Laplace)
+    :func:`kronecker_variance`; else from ``cov`` (J Σ Jᵀ) or ``var`` ((J ⊙ var) Jᵀ).
 
     Raises:
         ValueError: for a posterior without a covariance (a sample set).
@@ -88,6 +91,9 @@ def functional_variance_of(posterior: Posterior) -> FunctionalVariance:
     custom = getattr(posterior, "functional_variance", None)
     if callable(custom):
         return custom  # type: ignore[no-any-return]
+    kronecker = getattr(posterior, "kronecker", None)
+    if kronecker is not None and posterior.var is not None:
+        return kronecker_variance(kronecker, posterior.var)
     if posterior.cov is not None:
         cov = posterior.cov
 
@@ -106,6 +112,33 @@ def functional_variance_of(posterior: Posterior) -> FunctionalVariance:
         "the linearised predictive needs a Gaussian posterior (a mean with var or cov), got "
         "samples; use `prediction: sampled` for this method"
     )
+
+
+def kronecker_variance(kronecker: Any, var: Tensor) -> FunctionalVariance:
+    """``J Σ Jᵀ`` for a covariance of Kronecker-factored blocks plus a diagonal elsewhere.
+
+    A block ``Σ_b = (Q_G ⊗ Q_A) diag(vec V) (Q_G ⊗ Q_A)ᵀ`` over the entries ``index`` (g, a)
+    (:mod:`bayesflow.engines.kronecker`: ``blocks`` with ``index``, ``output_vectors`` Q_G,
+    ``input_vectors`` Q_A and ``scale`` √V) contributes ``Σ_ga R_k R_l V`` with
+    ``R = Q_Gᵀ J_b Q_A``, the block's Jacobian (chunk, k, g, a) in the eigenbasis; entries no
+    block covers contribute ``(J ⊙ var) Jᵀ`` with the posterior's ``var`` there.
+    """
+    blocks = tuple(kronecker.blocks)
+    covered = torch.zeros(var.shape[0], dtype=torch.bool, device=var.device)
+    for block in blocks:
+        covered[block.index.reshape(-1).to(var.device)] = True
+    rest = torch.where(covered, torch.zeros_like(var), var)
+
+    def variance(jacobians: Tensor) -> Tensor:
+        total = (jacobians * rest.to(jacobians)) @ jacobians.mT
+        for block in blocks:
+            piece = jacobians[..., block.index.to(jacobians.device)]
+            rotated = block.output_vectors.to(piece).T @ piece @ block.input_vectors.to(piece)
+            weighted = rotated * block.scale.to(piece).square()
+            total = total + torch.einsum("rkga,rlga->rkl", weighted, rotated)
+        return total
+
+    return variance
 
 
 def moment_chunks(problem: Problem, posterior: Posterior, inputs: Tensor) -> Iterator[Moments]:

@@ -233,3 +233,50 @@ def test_moments_are_the_law_of_linearised_parameter_samples() -> None:
     covariance = torch.einsum("snk,snl->nkl", centred, centred) / count
     bound = 6 * 2 * scale.unsqueeze(-1) * scale.unsqueeze(-2) / math.sqrt(count)
     assert bool(((covariance - moments.variance).abs() < bound).all())
+
+
+def _kronecker_posterior(mean: torch.Tensor, var: torch.Tensor, blocks: list[dict[str, torch.Tensor]]) -> object:
+    """A Posterior with Kronecker-factored blocks: bayesflow's own classes where this tree
+    has them (engines/kronecker.py, KFAC Laplace), else a stand-in with the same fields."""
+    try:
+        from bayesflow.engines.kronecker import KroneckerBlock, KroneckerCovariance
+    except ImportError:
+        from types import SimpleNamespace
+
+        covariance = SimpleNamespace(blocks=tuple(SimpleNamespace(**block) for block in blocks))
+        return SimpleNamespace(mean=mean, var=var, cov=None, samples=None, kronecker=covariance)
+    covariance = KroneckerCovariance(tuple(KroneckerBlock(**block) for block in blocks))
+    return Posterior(mean=mean, var=var, kronecker=covariance)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+def test_kronecker_blocks_give_the_dense_functional_variance(temperature: float) -> None:
+    """Σ of Kronecker blocks (Q_G ⊗ Q_A) diag(V) (Q_G ⊗ Q_A)ᵀ on two weight matrices, a
+    diagonal elsewhere: J Σ Jᵀ computed block by block equals J Σ Jᵀ with Σ formed densely."""
+    problem = build_problem(mlp(5, 3, hidden=[4], activation="tanh").double(), categorical(),
+                            diag_normal(), 10)
+    generator = torch.Generator().manual_seed(2)
+    mean = problem.init_params(generator)
+    var = temperature * torch.rand(problem.dimension, generator=generator, dtype=torch.float64)
+    dense = torch.diag(var)
+    blocks, offset = [], 0
+    for shape in problem.param_shapes:
+        size = math.prod(shape)
+        if len(shape) == 2:
+            index = torch.arange(offset, offset + size).reshape(shape)
+            output_vectors = torch.linalg.qr(torch.randn(shape[0], shape[0], generator=generator, dtype=torch.float64))[0]
+            input_vectors = torch.linalg.qr(torch.randn(shape[1], shape[1], generator=generator, dtype=torch.float64))[0]
+            scale = temperature * torch.rand(shape, generator=generator, dtype=torch.float64) + 0.1
+            rotation = torch.kron(output_vectors, input_vectors)
+            block = rotation @ torch.diag(scale.reshape(-1) ** 2) @ rotation.T
+            flat = index.reshape(-1)
+            dense[flat.unsqueeze(1), flat.unsqueeze(0)] = block
+            var[flat] = block.diagonal()
+            blocks.append({"index": index, "output_vectors": output_vectors,
+                           "input_vectors": input_vectors, "scale": scale})
+        offset += size
+    inputs = torch.randn(6, 5, generator=generator, dtype=torch.float64)
+    expected = functional_moments(problem, Posterior(mean=mean, cov=dense), inputs)
+    moments = functional_moments(problem, _kronecker_posterior(mean, var, blocks), inputs)  # type: ignore[arg-type]
+    tolerance = reordered(torch.float64, problem.dimension, scale=float(expected.variance.abs().max()))
+    torch.testing.assert_close(moments.variance, expected.variance, **tolerance)
