@@ -280,3 +280,37 @@ def test_kronecker_blocks_give_the_dense_functional_variance(temperature: float)
     moments = functional_moments(problem, _kronecker_posterior(mean, var, blocks), inputs)  # type: ignore[arg-type]
     tolerance = reordered(torch.float64, problem.dimension, scale=float(expected.variance.abs().max()))
     torch.testing.assert_close(moments.variance, expected.variance, **tolerance)
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+def test_kfac_glm_predictive_matches_laplace_torch(temperature: float) -> None:
+    """KFAC Laplace (where this tree has it) and laplace-torch's ``hessian_structure='kron'``
+    on the same network, data, prior and temperature give the same f_var and probit
+    predictive (laplace-torch: J Σ Jᵀ from its Kronecker-factored precision)."""
+    pytest.importorskip("bayesflow.engines.kfac")
+    curvature = pytest.importorskip("laplace.curvature")
+    laplace = pytest.importorskip("laplace")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    model, inputs, labels, test = _classifier()
+    mean = parameters_to_vector(model.parameters()).detach()
+    reference = laplace.Laplace(
+        model, "classification", subset_of_weights="all", hessian_structure="kron",
+        prior_precision=1 / PRIOR_VARIANCE, temperature=temperature, backend=curvature.CurvlinopsGGN,
+    )
+    reference.fit(DataLoader(TensorDataset(inputs, labels), batch_size=inputs.shape[0]))
+    problem = build_problem(model, categorical(), diag_normal(PRIOR_VARIANCE), inputs.shape[0])
+    name = "laplace_kfac_ggn"
+    spec = METHODS.get(name).spec.model_validate({"engine": name, "batch_size": None})
+    engine = METHODS.get(name).builder()(
+        problem, Tempering(temperature, inputs.shape[0], "likelihood"), spec
+    )
+    posterior = fit(engine, mean, inputs, labels, torch.Generator().manual_seed(0)).posterior
+    moments = functional_moments(problem, posterior, test)
+    f_mean, f_var = reference._glm_predictive_distribution(test)
+    torch.testing.assert_close(moments.mean, f_mean, rtol=1e-12, atol=1e-12)
+    # Both sum the factors over the data in another order (about 1e-9 relative, as the KFAC
+    # tests find for the factors themselves).
+    torch.testing.assert_close(moments.variance, f_var, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(probit_probabilities(moments, categorical()),
+                               reference(test, link_approx="probit"), rtol=1e-7, atol=1e-9)
