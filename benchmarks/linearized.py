@@ -3,6 +3,7 @@
     python -m benchmarks.linearized                          # this tree, every prediction
     python -m benchmarks.linearized --code /work/main --predictions linearized   # before
     python -m benchmarks.linearized --test 2000 --peer       # + laplace-torch, reduced scale
+    python -m benchmarks.linearized --one linearized_probit --progress 60   # one, in this process
 
 The problem is the paper's IMDB CNN-LSTM (vocabulary 20,000, embedding 128, 64 filters,
 LSTM 128, 100 tokens, two classes under a categorical likelihood: d = 2,671,234) with a
@@ -93,16 +94,44 @@ def _peer(problem: Any, posterior: Any, inputs: Any) -> Any:
                       for rows in inputs.split(PEER_BATCH)])
 
 
-def measure(prediction: str, test: int) -> dict[str, Any]:
+def _report_progress(before: int, start: float, counter: list[int], every: float) -> None:
+    """Every ``every`` seconds, a JSON line on stderr: the peak so far and the test points the
+    moments have reached (a long run killed early still says how far its peak went)."""
+    import threading
+
+    def loop() -> None:
+        while True:
+            time.sleep(every)
+            line = {"elapsed": time.perf_counter() - start, "peak_bytes": _status("VmHWM") - before,
+                    "rows": counter[0]}
+            print(json.dumps(line), file=sys.stderr, flush=True)
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def measure(prediction: str, test: int, progress: float = 0.0) -> dict[str, Any]:
     """One prediction in this process: its peak resident memory above the set-up, and time."""
+    import dataclasses
+
     import torch
 
     torch.set_num_threads(1)
     problem, posterior, inputs, labels = _problem(test)
+    counter = [0]
+    if progress:
+        forward = problem.forward
+
+        def counted(params: Any, rows: Any) -> Any:
+            counter[0] += 1
+            return forward(params, rows)
+
+        problem = dataclasses.replace(problem, forward=counted)
     with open("/proc/self/clear_refs", "w", encoding="ascii") as stream:
         stream.write("5")  # reset VmHWM to the current resident set
     before = _status("VmRSS")
     start = time.perf_counter()
+    if progress:
+        _report_progress(before, start, counter, progress)
     if prediction == "laplace_torch":
         _peer(problem, posterior, inputs)
         metrics: dict[str, float] = {}
@@ -144,11 +173,13 @@ def main() -> None:
     parser.add_argument("--predictions", nargs="+",
                         default=["linearized", "linearized_probit", "linearized_mc"])
     parser.add_argument("--peer", action="store_true", help="add laplace-torch's glm predictive")
+    parser.add_argument("--progress", type=float, default=0.0,
+                        help="with --one: seconds between progress lines on stderr")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.one:
         sys.path.insert(0, str(arguments.code.resolve()))  # bayesflow from the tree measured
-        print(json.dumps(measure(arguments.one, arguments.test)))
+        print(json.dumps(measure(arguments.one, arguments.test, arguments.progress)))
         return
     predictions = arguments.predictions + (["laplace_torch"] if arguments.peer else [])
     for row in run(predictions, arguments.test, arguments.code):
