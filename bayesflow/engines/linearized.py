@@ -57,8 +57,9 @@ __all__ = [
     "sample_outputs",
 ]
 
-# The probit approximation's constant: σ(a) ≈ Φ(√(π/8) a) (MacKay, 1992, Neural Computation
-# 4(5), eq. 99; Bishop, 2006, PRML §4.5.2), so E[σ(f)] ≈ σ(f_mean / √(1 + π/8 · f_var)).
+# The probit approximation's constant: σ(a) ≈ Φ(√(π/8) a) (MacKay, 1992, "The evidence
+# framework applied to classification networks"; Bishop, 2006, PRML §4.5.2, eq. 4.155), so
+# E[σ(f)] ≈ σ(f_mean / √(1 + π/8 · f_var)).
 PROBIT_SCALE = math.pi / 8
 
 
