@@ -261,9 +261,9 @@ def test_a_posterior_file_beside_its_spec_loads_from_the_data(study: Study, tmp_
 # ----------------------------------------------------- closed form: regression
 
 
-def regression_folder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+def regression_folder(folder: Path, prediction: str = "sampled") -> tuple[np.ndarray, np.ndarray]:
     """A linear-regression posterior N(mean, diag(var)) over (weight, bias) as the three
-    files, its data file absent (the sizes are in cell.json)."""
+    files, its data file absent (the sizes are in cell.json); its VI predicts by ``prediction``."""
     from bayesflow.engines.base import Posterior
     from bayesflow.likelihoods import gaussian
     from bayesflow.priors import none
@@ -273,7 +273,7 @@ def regression_folder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
         "name": "line", "data": {"name": "csv", "path": "absent.csv", "target": "y"},
         "model": {"name": "linear"}, "likelihood": {"name": "gaussian", "noise_sd": 0.5},
         "prior": {"name": "diag_normal", "variance": 1.0}, "temperatures": [1.0],
-        "methods": {"vi": {"engine": "vi_diag", "epochs": 1}},
+        "methods": {"vi": {"engine": "vi_diag", "epochs": 1, "prediction": prediction}},
         "plots": [], "report": {"enabled": False},
     }
     (folder / SPEC_FILE).write_text(yaml.safe_dump(spec))
@@ -302,6 +302,19 @@ def test_regression_predictive_is_the_closed_form(tmp_path: Path) -> None:
     network = posterior.module()
     assert isinstance(network, torch.nn.Linear)
     np.testing.assert_allclose(network.weight.detach().numpy(), mean[None, :2])
+
+
+def test_closed_form_prediction_is_exact(tmp_path: Path) -> None:
+    """Under `prediction: linearized_probit` a Gaussian regression predicts N(f, J Σ Jᵀ + σ²)
+    with no sampling: exactly mean·[x, 1] and Σ var·[x, 1]² + σ²."""
+    mean, var = regression_folder(tmp_path, "linearized_probit")
+    posterior = load_posterior(tmp_path)
+    assert posterior.prediction == "linearized_probit"
+    x = np.array([[0.0, 0.0], [1.0, 2.0], [-3.0, 1.0]], dtype=np.float32)
+    prediction = posterior.predict(x)
+    design = np.hstack([x, np.ones((3, 1), dtype=np.float32)])
+    np.testing.assert_allclose(prediction.mean.numpy(), design @ mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(prediction.variance.numpy(), (design**2) @ var + 0.25, rtol=1e-6)
 
 
 # ------------------------------------------------------------------ errors

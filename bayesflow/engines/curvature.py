@@ -23,7 +23,7 @@ https://arxiv.org/abs/1905.12558, on how the two differ).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -41,6 +41,7 @@ __all__ = [
     "gradient_chunks",
     "hessian_roots",
     "log_likelihood_gradient",
+    "output_jacobians",
 ]
 
 # On a CPU, chunks whose (chunk, k, d) products hold about 2²⁰ elements (4 MiB in float32)
@@ -95,14 +96,7 @@ def scaled_jacobians(problem: Problem, params: Tensor, inputs: Tensor, fixed: in
     over the examples of a chunk.
     """
 
-    def rows(flat: Tensor, example: Tensor, root: Tensor) -> Tensor:
-        def output(values: Tensor) -> Tensor:
-            return problem.forward(values, example.unsqueeze(0))[0]
-
-        pullback = vjp(output, flat)[1]
-        return vmap(pullback)(root.mT)[0]
-
-    products = vmap(rows, in_dims=(None, 0, 0))
+    products = vmap(_pullback_rows(problem), in_dims=(None, 0, 0))
     with torch.no_grad():
         num_outputs = problem.forward(params, inputs[:1]).shape[-1]
     chunk = chunk_size(problem, params, inputs, num_outputs, fixed)
@@ -191,3 +185,36 @@ def log_likelihood_gradient(problem: Problem, params: Tensor, batch: Batch) -> T
 def dense_hessian(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
     """``−∇² Σᵢ log p(yᵢ|xᵢ,θ)`` over the batch (d, d), by forward-over-reverse AD."""
     return -hessian(lambda flat: batch_log_likelihood(problem, flat, batch))(params)
+
+
+def output_jacobians(
+    problem: Problem, params: Tensor, inputs: Tensor, fixed: int = 0
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(outputs, Jᵢ)``, the outputs (chunk, k) at ``params`` and their Jacobians
+    ``∂ forward(params, xᵢ)/∂θ`` (chunk, k, d), chunk by chunk within the memory budget
+    (:func:`chunk_size`; ``fixed``: bytes the caller holds besides). Row a of Jᵢ is one
+    vector-Jacobian product with the a-th unit vector, vmapped over the examples."""
+    products = vmap(_pullback_rows(problem), in_dims=(None, 0, None))
+    with torch.no_grad():
+        num_outputs = problem.forward(params, inputs[:1]).shape[-1]
+    chunk = chunk_size(problem, params, inputs, num_outputs, fixed)
+    identity = torch.eye(num_outputs, dtype=params.dtype, device=params.device)
+    for start in range(0, inputs.shape[0], chunk):
+        piece = inputs[start : start + chunk]
+        with torch.no_grad():
+            outputs = problem.forward(params, piece)
+        yield outputs, products(params, piece, identity)
+
+
+def _pullback_rows(problem: Problem) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """``(params, example, vectors (k, m)) -> (m, d)``: the vector-Jacobian products of one
+    example's outputs with the columns of ``vectors``."""
+
+    def rows(flat: Tensor, example: Tensor, vectors: Tensor) -> Tensor:
+        def output(values: Tensor) -> Tensor:
+            return problem.forward(values, example.unsqueeze(0))[0]
+
+        pullback = vjp(output, flat)[1]
+        return vmap(pullback)(vectors.mT)[0]
+
+    return rows

@@ -1,19 +1,18 @@
 """The posterior predictive on a test set, and everything an evaluate stage records.
 
 :func:`evaluate_full` draws the posterior samples once, pushes the test inputs and any
-OOD inputs through them in one call (:func:`posterior_outputs`, ``sampled`` or
-``linearized``), and computes every predictive metric, the per-point uncertainty
-decomposition and the OOD AUROCs from those outputs. It returns an :class:`Evaluation`
+OOD inputs through them in one call (:func:`posterior_outputs`, see :data:`PREDICTIONS`),
+and computes every predictive metric, the per-point uncertainty decomposition and the
+OOD AUROCs from those outputs (``linearized_probit``: in closed form, without samples;
+:mod:`bayesflow.evaluate.linearized`). It returns an :class:`Evaluation`
 whose ``metrics`` a run logs and whose ``arrays`` a stage saves as one ``.npz``
 artifact; :func:`evaluate` returns only the metrics dict, for callers that iterate it.
 :func:`evaluate_classification` and :func:`evaluate_regression` are the pure part: they
 take the (S, n, k) outputs, not the model.
 
-Parameter samples are pushed through the model with ``torch.func.vmap`` over the
-sample axis, in chunks of ``chunk`` samples. The per-sample class probabilities
-(S, n, C) are kept, because the single-sample metrics and the decomposition need them:
-50 samples × 10,000 points × 10 classes is 40 MB in float64. The classification
-predictive averages probabilities over samples (see :mod:`bayesflow.evaluate.metrics`).
+Samples go through the model vmapped, ``chunk`` at a time. The per-sample probabilities
+(S, n, C) are kept for the single-sample metrics and the decomposition (50 × 10,000 × 10
+is 40 MB in float64); the predictive averages probabilities over samples.
 """
 
 from __future__ import annotations
@@ -26,9 +25,10 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from bayesflow.engines.base import Posterior, Problem, linearized_outputs
+from bayesflow.engines.base import Posterior, Problem
 from bayesflow.evaluate import metrics
 from bayesflow.evaluate.conventions import describe
+from bayesflow.evaluate.linearized import closed_form_scores, linearized_outputs_of
 from bayesflow.evaluate.uncertainty import decompose_uncertainty, ood_auroc
 from bayesflow.likelihoods import Likelihood
 
@@ -51,9 +51,9 @@ __all__ = [
 # 25 MB of outputs, small next to the activations of the models the workflows use.
 DEFAULT_CHUNK = 64
 
-# How parameter samples become outputs: through the network, or through the network
-# linearised around the posterior mean (the GLM predictive of Immer et al. 2021).
-PREDICTIONS: tuple[str, ...] = ("sampled", "linearized")
+# How a posterior predicts: through the network, or through it linearised around the mean
+# (Immer et al. 2021) with sampled parameters, in closed form (probit) or sampled outputs.
+PREDICTIONS: tuple[str, ...] = ("sampled", "linearized", "linearized_probit", "linearized_mc")
 
 
 def _chunks(samples: Tensor, chunk: int) -> list[Tensor]:
@@ -305,14 +305,14 @@ def posterior_outputs(
         inputs: (n, ...) inputs; concatenate test and OOD inputs to share the draw.
         n_samples: S (a point estimate uses its one vector, see :func:`draw_samples`).
         generator: the random generator the draw uses.
-        prediction: ``"sampled"`` (through the network) or ``"linearized"`` (through the
-            network linearised at the mean; Gaussian posteriors only).
+        prediction: ``"sampled"`` (through the network), else through the network
+            linearised at the mean (Gaussians only; ``linearized_probit`` samples as ``_mc``).
         chunk: how many samples one ``vmap`` call evaluates.
     """
     if prediction not in PREDICTIONS:
         raise ValueError(f"prediction must be one of {list(PREDICTIONS)}, got {prediction!r}")
-    if prediction == "linearized" and not _is_point_estimate(posterior):
-        return linearized_outputs(problem, posterior, inputs, n_samples, generator, chunk)
+    if prediction != "sampled" and not _is_point_estimate(posterior):
+        return linearized_outputs_of(problem, posterior, inputs, n_samples, generator, prediction, chunk)
     samples = draw_samples(posterior, n_samples, generator)
     return predictive_outputs(problem, samples, inputs, chunk)
 
@@ -345,19 +345,20 @@ def evaluate_full(
         generator: the random generator the draw uses.
         ece_bins, ece_binning: the ECE's bins (classification only).
         coverage_levels: central predictive interval levels (regression only).
-        x_ood: optional out-of-distribution inputs for the OOD AUROCs, pushed through
-            the same samples as ``x_test``.
-        prediction: ``"sampled"`` or ``"linearized"`` (see :func:`posterior_outputs`).
+        x_ood: optional OOD inputs for the OOD AUROCs, through the samples of ``x_test``.
+        prediction: one of :data:`PREDICTIONS` (``linearized_probit``: in closed form).
         chunk: how many samples one ``vmap`` call evaluates.
 
     Returns:
         An :class:`Evaluation`; see :data:`bayesflow.evaluate.CONVENTIONS`.
     """
     if likelihood.task not in ("classification", "regression"):
-        raise ValueError(
-            f"likelihood {likelihood.name!r} has task {likelihood.task!r}; expected "
-            "'classification' or 'regression'"
-        )
+        raise ValueError(f"likelihood {likelihood.name!r} has task {likelihood.task!r}; "
+                         "expected 'classification' or 'regression'")
+    if prediction == "linearized_probit" and not _is_point_estimate(posterior):
+        return Evaluation(*closed_form_scores(
+            problem, likelihood, posterior, x_test, y_test, ece_bins=ece_bins,
+            ece_binning=ece_binning, coverage_levels=coverage_levels, x_ood=x_ood))
     inputs = x_test if x_ood is None else torch.cat([x_test, x_ood.to(x_test)])
     outputs = posterior_outputs(problem, posterior, inputs, n_samples, generator, prediction, chunk)
     test_outputs, ood_outputs = outputs[:, : x_test.shape[0]], None
@@ -390,8 +391,7 @@ def evaluate(
     prediction: str = "sampled",
     chunk: int = DEFAULT_CHUNK,
 ) -> dict[str, float]:
-    """The ``metrics`` of :func:`evaluate_full` (same arguments), for callers that only
-    log ``.items()``."""
+    """The ``metrics`` of :func:`evaluate_full` (same arguments), for callers that log them."""
     return evaluate_full(
         problem, likelihood, posterior, x_test, y_test, n_samples, generator, ece_bins,
         ece_binning=ece_binning, coverage_levels=coverage_levels, x_ood=x_ood,

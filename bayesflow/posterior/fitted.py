@@ -170,13 +170,14 @@ class FittedPosterior:
 
     @property
     def prediction(self) -> str:
-        """``sampled`` or ``linearized``: how the evaluate stage pushed samples through the
-        network (the method's ``prediction``, else ``evaluate.prediction``; Gaussians only)."""
+        """``sampled`` or a ``linearized`` variant: how the evaluate stage predicted (the
+        method's ``prediction`` unless ``sampled``, else ``evaluate.prediction``; Gaussians only)."""
         if self.kind != "gaussian":
             return "sampled"
         method = self.spec.methods.get(self.method or "")
-        if getattr(method, "prediction", "sampled") == "linearized":
-            return "linearized"
+        own = str(getattr(method, "prediction", "sampled"))
+        if own != "sampled":
+            return own
         return str(self.spec.evaluate.prediction)
 
     def __repr__(self) -> str:
@@ -244,6 +245,8 @@ class FittedPosterior:
         count = int(n_samples or self.spec.evaluate.n_samples)
         inputs = self._inputs(x)
         generator = torch.Generator(device=problem.device).manual_seed(int(seed))
+        if self.prediction == "linearized_probit" and bool(self.posterior.var is None or self.posterior.var.any()):
+            return _closed_form_prediction(problem, likelihood, self.posterior, inputs)
         outputs = posterior_outputs(
             problem, self.posterior, inputs, count, generator, self.prediction
         )
@@ -370,3 +373,16 @@ def _build_problem(
         )
     problem = build_problem(module, likelihood, none(), 1, device)
     return problem, likelihood, module
+
+
+def _closed_form_prediction(problem: Any, likelihood: Any, posterior: Any, inputs: Any) -> Any:
+    """``prediction: linearized_probit``: the probit probabilities (classification), or the
+    linearised network's N(f_mean, f_var + σ²) (Gaussian regression), float64."""
+    from bayesflow.engines.linearized import functional_moments, probit_probabilities
+
+    moments = functional_moments(problem, posterior, inputs)
+    if likelihood.task == "classification":
+        return probit_probabilities(moments, likelihood).detach().cpu()
+    mean = moments.mean.detach().double().cpu().squeeze(-1)
+    variance = moments.variance.detach().double().cpu()[:, 0, 0] + likelihood.noise_sd**2
+    return RegressionPrediction(mean, variance)

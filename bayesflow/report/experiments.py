@@ -77,7 +77,10 @@ def uncertainty_frame(
             pieces.append(pd.DataFrame({
                 "method": row["method"], "temperature": row["temperature"], "seed": row["seed"],
                 key: row[key], "inputs": inputs,
-                **{kind: arrays[f"{prefix}uncertainty_{kind}"]
+                # A closed-form predictive (`linearized_probit`) has no per-sample
+                # probabilities, so only TU: its AU and EU are missing (NaN).
+                **{kind: arrays.get(f"{prefix}uncertainty_{kind}",
+                                    np.full(len(arrays[f"{prefix}uncertainty_total"]), np.nan))
                    for kind in ("total", "aleatoric", "epistemic")},
             }))
     columns = ["method", "temperature", "seed", key, "inputs", "total", "aleatoric", "epistemic"]

@@ -153,11 +153,13 @@ class EvaluateSpec(Strict):
         [0.5, 0.9, 0.95],
         description="Regression: central predictive interval levels whose coverage is reported.",
     )
-    prediction: Literal["sampled", "linearized"] = Field(
+    prediction: Literal["sampled", "linearized", "linearized_probit", "linearized_mc"] = Field(
         "sampled",
         description="Gaussian posteriors (Laplace, VI): predict with sampled parameters, or "
-        "with the model linearised around the mean (the GLM predictive). Sample-based "
-        "posteriors always use their samples.",
+        "with the model linearised around the mean (the GLM predictive: `linearized` with "
+        "sampled parameters, `linearized_probit` in closed form, `linearized_mc` with "
+        "sampled outputs; see a Laplace method's `prediction`). A method's own `prediction` "
+        "other than `sampled` wins. Sample-based posteriors always use their samples.",
     )
     prior_predictive: bool = Field(
         False,

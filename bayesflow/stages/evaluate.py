@@ -122,12 +122,14 @@ def chosen_noise(likelihood: Any, fitted: FitArtefact) -> Any:
 
 
 def prediction_of(context: WorkflowContext, stage: Stage, posterior: Any) -> str:
-    """``linearized`` when the method or ``evaluate.prediction`` asks for it and the
-    posterior is Gaussian; samples are always used as they are."""
+    """For a Gaussian posterior, the method's ``prediction`` unless ``sampled``, else
+    ``evaluate.prediction`` (``linearized``, ``linearized_probit`` and ``linearized_mc`` as
+    well as ``sampled``); samples are always used as they are."""
     if posterior.kind != "gaussian":
         return "sampled"
-    if getattr(context.method(stage), "prediction", "sampled") == "linearized":
-        return "linearized"
+    own = str(getattr(context.method(stage), "prediction", "sampled"))
+    if own != "sampled":
+        return own
     return str(context.spec.evaluate.prediction)
 
 

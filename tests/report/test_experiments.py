@@ -51,6 +51,17 @@ def test_uncertainty_frame_stacks_in_and_out_of_distribution_points(results_fram
     assert [axis.get_title() for axis in figure.axes[:1]] == ["map"]
 
 
+def test_uncertainty_frame_of_a_closed_form_predictive(results_frame: pd.DataFrame) -> None:
+    """A `linearized_probit` fit logs TU only: its AU and EU rows are NaN, and the figure
+    still draws."""
+    first = results_frame["cell"].iloc[0]
+    arrays = {first: {"uncertainty_total": np.full(3, 0.2), "ood_uncertainty_total": np.full(2, 0.6)}}
+    long = experiments.uncertainty_frame(results_frame, arrays)
+    assert len(long) == 5 and long["epistemic"].isna().all() and long["aleatoric"].isna().all()
+    assert long["total"].tolist() == [0.2] * 3 + [0.6] * 2
+    experiments.uncertainty_distributions(long, order=["map"])
+
+
 def test_posterior_draws_of_every_form() -> None:
     """Samples are thinned, Gaussians sampled, a point estimate kept as its one vector."""
     samples = np.arange(20.0).reshape(10, 2)

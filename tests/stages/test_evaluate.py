@@ -82,20 +82,21 @@ def test_double_well_is_sampled_without_data(tmp_path: Path, monkeypatch: pytest
     assert bayesflow.evaluations(parent, tracker=tracker) == {}
 
 
-def test_a_method_can_ask_for_linearized_prediction(tmp_path: Path) -> None:
-    """`prediction: linearized` on a Laplace method is used for it; samples stay sampled."""
+@pytest.mark.parametrize("prediction", ["linearized", "linearized_probit", "linearized_mc"])
+def test_a_method_can_ask_for_linearized_prediction(tmp_path: Path, prediction: str) -> None:
+    """`prediction: linearized…` on a Laplace method is used for it; samples stay sampled."""
     from bayesflow.engines.base import Posterior
     from bayesflow.stages.context import WorkflowContext
     from bayesflow.stages.evaluate import prediction_of
     from tests.conftest import TINY_SPEC, write
 
-    spec = write(tmp_path, TINY_SPEC.replace("    from: map\n", "    from: map\n    prediction: linearized\n"))
+    spec = write(tmp_path, TINY_SPEC.replace("    from: map\n", f"    from: map\n    prediction: {prediction}\n"))
     prepared = bayesflow.prepare(bayesflow.load(spec))
     context = WorkflowContext(prepared.loaded, prepared.dataset)
     stages = prepared.plan.stages
     gaussian = Posterior(mean=torch.zeros(3), var=torch.ones(3))
     samples = Posterior(samples=torch.zeros(2, 3))
-    assert prediction_of(context, stages["evaluate/laplace/T=1/seed=0"], gaussian) == "linearized"
+    assert prediction_of(context, stages["evaluate/laplace/T=1/seed=0"], gaussian) == prediction
     assert prediction_of(context, stages["evaluate/map/T=shared/seed=0"], gaussian) == "sampled"
     assert prediction_of(context, stages["evaluate/laplace/T=1/seed=0"], samples) == "sampled"
 
