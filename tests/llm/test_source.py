@@ -1,0 +1,74 @@
+"""Where a causal language model comes from: a config, a local folder; its errors."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from bayesflow.errors import SpecError
+from bayesflow.llm import build_causal_lm
+from bayesflow.llm.source import build_base_model
+from bayesflow.spec.llm import CausalLMSpec
+from tests.llm.conftest import tiny
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_config_built_model_is_tiny_eager_and_frozen(family: str) -> None:
+    model = build_base_model(CausalLMSpec.model_validate(tiny(family)))
+    count = sum(p.numel() for p in model.parameters())
+    assert 5_000 < count <= 50_000
+    assert model.config._attn_implementation == "eager"
+    assert not any(p.requires_grad for p in model.parameters())
+    assert not model.training
+    logits = model(torch.randint(0, 256, (2, 9)), use_cache=False).logits
+    assert logits.shape == (2, 9, 256)
+
+
+def test_dtype_of_the_frozen_weights() -> None:
+    model = build_base_model(CausalLMSpec.model_validate(tiny(dtype="bfloat16")))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+def test_local_folder_loads_the_saved_weights(tmp_path) -> None:
+    spec = CausalLMSpec.model_validate(tiny())
+    saved = build_base_model(spec)
+    saved.save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "tokenizer_config.json").write_text("{}")
+    loaded, names = build_causal_lm(
+        {**tiny(family=None, path="m"), "trainable": {"parameters": ["model.norm.*"]}}, tmp_path
+    )
+    assert names == ("model.norm.weight",)
+    assert loaded.config._attn_implementation == "eager"
+    for (name, a), (_, b) in zip(saved.named_parameters(), loaded.named_parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_folder_errors_name_what_is_missing(tmp_path) -> None:
+    config = tiny(family=None, path=str(tmp_path / "absent"))
+    with pytest.raises(SpecError, match="no folder .*absent.*nothing is downloaded"):
+        build_causal_lm(config)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(SpecError, match="lacks weights and a tokenizer.*it holds: config.json"):
+        build_causal_lm({**config, "path": str(folder)})
+    (folder / "model.safetensors").write_bytes(b"")
+    with pytest.raises(SpecError, match=r"lacks a tokenizer \("):
+        build_causal_lm({**config, "path": str(folder)})
+
+
+def test_spec_refuses_two_sources_and_bad_heads() -> None:
+    with pytest.raises(SpecError, match="exactly one of `family`"):
+        build_causal_lm(tiny(path="somewhere"))
+    with pytest.raises(SpecError, match="heads"):
+        build_causal_lm(tiny(heads=3))
+    with pytest.raises(SpecError, match="exactly one of `lora` or `parameters`"):
+        build_causal_lm(tiny(trainable={}))
+
+
+def test_missing_extra_names_the_install_command(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import raises ImportError
+    with pytest.raises(SpecError, match=r"pip install 'bayesflow-workflows\[llm\]'"):
+        build_causal_lm(tiny())
