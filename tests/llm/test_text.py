@@ -1,0 +1,57 @@
+"""Byte-token windows of a corpus: their layout, the shipped IMDB reviews, bad files."""
+
+from __future__ import annotations
+
+import gzip
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bayesflow.errors import DataError
+from bayesflow.llm.text import byte_encode, read_csv_column, read_text_files, token_windows
+
+IMDB = Path(str(resources.files("bayesflow.data") / "files" / "imdb_train_subset.csv.gz"))
+
+
+def test_windows_stay_inside_documents_and_score_the_last_tokens() -> None:
+    inputs, targets = token_windows(["abcdefg", "xyz", "0123"], length=4, stride=2, scored=2)
+    decoded = [bytes(row.astype(np.uint8)).decode() for row in inputs]
+    assert decoded == ["abcd", "cdef", "0123"]  # "xyz" is shorter than a window
+    assert [bytes(row.astype(np.uint8)).decode() for row in targets] == ["cd", "ef", "23"]
+    assert inputs.dtype == np.int64 and inputs.max() < 256
+
+
+def test_utf8_is_encoded_byte_by_byte() -> None:
+    assert byte_encode("é").tolist() == [0xC3, 0xA9]
+
+
+def test_bad_sizes_and_short_corpora_are_refused() -> None:
+    with pytest.raises(DataError, match="scored .4. must be at least 1 and below length .4."):
+        token_windows(["abcdef"], 4, 1, 4)
+    with pytest.raises(DataError, match="no document is 9 bytes long .the longest has 6."):
+        token_windows(["abcdef"], 9, 1, 2)
+
+
+def test_shipped_imdb_reviews_are_a_corpus() -> None:
+    documents = read_csv_column(IMDB, "text")
+    assert len(documents) > 1000
+    inputs, targets = token_windows(documents[:20], length=64, stride=64, scored=8)
+    assert inputs.shape[1] == 64 and targets.shape[1] == 8 and inputs.shape[0] > 20
+
+
+def test_bad_files_are_data_errors(tmp_path) -> None:
+    table = tmp_path / "t.csv.gz"
+    table.write_bytes(gzip.compress(b"text,label\nhello,1\n"))
+    with pytest.raises(DataError, match="has no column 'review'; its columns are: text, label"):
+        read_csv_column(table, "review")
+    empty, latin = tmp_path / "empty.txt", tmp_path / "latin.txt"
+    empty.write_text("  \n")
+    latin.write_bytes("café".encode("latin-1"))
+    with pytest.raises(DataError, match="empty.txt' is empty"):
+        read_text_files([empty])
+    with pytest.raises(DataError, match=r"latin.txt' is not UTF-8 text \(byte 3"):
+        read_text_files([latin])
+    with pytest.raises(DataError, match="no file"):
+        read_text_files([tmp_path / "absent.txt"])
