@@ -28,10 +28,11 @@ from torch.func import functional_call
 from torch.nn import functional
 
 from bayesflow.engines.base import Problem
+from bayesflow.errors import SpecError
 from bayesflow.likelihoods import Likelihood
 from bayesflow.priors import Prior
 
-__all__ = ["NextToken", "build_lm_problem", "trainable_values"]
+__all__ = ["NextToken", "build_lm_problem", "check_window", "context_of", "trainable_values"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,32 @@ class NextToken(Likelihood):
 
     def probabilities(self, outputs: Tensor) -> Tensor:
         return outputs.softmax(-1)
+
+
+def context_of(model: nn.Module) -> int:
+    """The longest sequence the model's position embeddings (or rotary limit) allow."""
+    config = model.config  # type: ignore[union-attr]
+    for key in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    raise SpecError("model: its config gives no context length (max_position_embeddings)")
+
+
+def check_window(model: nn.Module, length: int, scored: int, where: str = "data") -> None:
+    """Refuse windows the model cannot read, or a scored part that leaves no context.
+
+    Raises:
+        SpecError: ``length`` exceeds the model's context, or ``scored`` is not in [1, length).
+    """
+    context = context_of(model)
+    if length > context:
+        raise SpecError(
+            f"{where}.length: windows of {length} tokens exceed the model's context of "
+            f"{context} tokens; use length <= {context}"
+        )
+    if not 1 <= scored < length:
+        raise SpecError(f"{where}.scored: {scored} must be at least 1 and below the window length {length}")
 
 
 def trainable_values(model: nn.Module, names: tuple[str, ...]) -> dict[str, Tensor]:

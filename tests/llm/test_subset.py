@@ -14,7 +14,7 @@ from torch.nn import functional
 from bayesflow.engines.gradient import chain_gradient
 from bayesflow.errors import SpecError
 from bayesflow.llm import build_causal_lm
-from bayesflow.llm.problem import build_lm_problem
+from bayesflow.llm.problem import build_lm_problem, check_window
 from bayesflow.priors import diag_normal
 from tests.llm.conftest import tiny
 from tests.numerics import reordered
@@ -122,3 +122,33 @@ def test_lora_starts_at_the_base_model_with_chains_apart() -> None:
         plain = model(inputs, use_cache=False).logits[:, LENGTH - SCORED - 1 : LENGTH - 1]
     torch.testing.assert_close(problem.forward(first, inputs), plain, rtol=0, atol=0)
     torch.testing.assert_close(base, plain, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("trainable", [None, {"parameters": ["model.layers.1.*"]}])
+def test_bfloat16_frozen_weights_with_a_float32_state(trainable: dict | None) -> None:
+    torch.manual_seed(0)
+    config = tiny(dtype="bfloat16") if trainable is None else tiny(dtype="bfloat16", trainable=trainable)
+    model, names = build_causal_lm(config)
+    problem = build_lm_problem(model, names, diag_normal(1.0), WINDOWS * SCORED, SCORED)
+    chains = torch.stack([problem.init_params(torch.Generator().manual_seed(s)) for s in range(3)])
+    chains = chains + 0.05 * torch.randn_like(chains)
+    gradients, values = chain_gradient(problem, 1.0)(chains, data())
+    assert chains.dtype == gradients.dtype == values.dtype == torch.float32
+    assert gradients.abs().max() > 0
+    for k in range(3):
+        one_grad, one_value = chain_gradient(problem, 1.0)(chains[k : k + 1], data())
+        scale = float(gradients[k].abs().max())
+        torch.testing.assert_close(gradients[k], one_grad[0], **reordered(torch.bfloat16, 256 * LENGTH, scale=scale))
+        torch.testing.assert_close(values[k], one_value[0], **reordered(torch.bfloat16, 256 * LENGTH))
+
+
+def test_windows_longer_than_the_context_are_refused() -> None:
+    model, _ = build_causal_lm(tiny(context=64))
+    check_window(model, 64, 8)
+    with pytest.raises(SpecError, match="windows of 65 tokens exceed the model's context of 64"):
+        check_window(model, 65, 8)
+    with pytest.raises(SpecError, match="scored: 64 must be at least 1 and below"):
+        check_window(model, 64, 64)
+    gpt2, _ = build_causal_lm(tiny("gpt2", context=32))
+    with pytest.raises(SpecError, match="context of 32"):
+        check_window(gpt2, 40, 8)
