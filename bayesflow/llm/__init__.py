@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
     from torch import nn
 
-__all__ = ["build_causal_lm"]
+__all__ = ["build_causal_lm", "shared_causal_lm"]
+
+# One model per distinct (model section, folder) in this process: shared_causal_lm.
+_SHARED: dict[str, tuple[Any, tuple[str, ...]]] = {}
 
 
 def build_causal_lm(
@@ -34,14 +37,34 @@ def build_causal_lm(
         SpecError: invalid settings, the extra missing, a folder unusable, a LoRA target or
             glob naming nothing.
     """
-    from pydantic import ValidationError
-
     from bayesflow.llm.source import build_base_model
     from bayesflow.llm.trainable import apply_trainable
 
-    try:
-        spec = config if isinstance(config, CausalLMSpec) else CausalLMSpec.model_validate(config)
-    except ValidationError as error:
-        raise SpecError(f"model: {error}") from error
+    spec = config if isinstance(config, CausalLMSpec) else _validated(config)
     model = build_base_model(spec, base_dir)
     return apply_trainable(model, spec.trainable)
+
+
+def shared_causal_lm(
+    config: CausalLMSpec | dict[str, Any], base_dir: Path | None = None
+) -> tuple[nn.Module, tuple[str, ...]]:
+    """:func:`build_causal_lm`, built once per process for equal settings: every stage,
+    seed and chain of a run reads the one frozen model (the engines never write to it;
+    ``functional_call`` swaps the trainable tensors in for one call at a time, so the
+    model must not be shared by threads that run concurrently)."""
+    import json
+
+    spec = config if isinstance(config, CausalLMSpec) else _validated(config)
+    key = json.dumps([spec.model_dump(mode="json"), str(base_dir)], sort_keys=True)
+    if key not in _SHARED:
+        _SHARED[key] = build_causal_lm(spec, base_dir)
+    return _SHARED[key]
+
+
+def _validated(config: dict[str, Any]) -> CausalLMSpec:
+    from pydantic import ValidationError
+
+    try:
+        return CausalLMSpec.model_validate(config)
+    except ValidationError as error:
+        raise SpecError(f"model: {error}") from error

@@ -3,9 +3,8 @@ base model.
 
 ``posterior.npz`` is the contract's file (DESIGN.md) over the trainable tensors (their
 ``param_names`` are the LoRA adapters or the globbed tensors); ``base_model.json`` holds the
-``causal_lm`` model section (a config, or a local folder's path: weights are never copied)
-and the seed a config-built model's random weights were drawn under. Loading rebuilds the
-base model from that reference and checks the tensors' names and shapes against the file.
+``causal_lm`` model section (a config with the ``seed`` of its random weights, or a local
+folder's path: weights are never copied). Loading rebuilds the base model from that reference and checks the tensors' names and shapes against the file.
 
 Not yet what ``bayesflow.load_posterior`` reads for a run (docs/llm.md).
 """
@@ -44,21 +43,20 @@ class LoadedLM:
 
 
 def save_lm_posterior(
-    folder: Path, spec: CausalLMSpec, seed: int, scored: int, problem: Problem, posterior: Posterior
+    folder: Path, spec: CausalLMSpec, scored: int, problem: Problem, posterior: Posterior
 ) -> None:
     """Write ``posterior.npz`` (trainable tensors only) and ``base_model.json``.
 
     Args:
         folder: where to write (created).
         spec: the model section the problem was built from.
-        seed: the ``torch.manual_seed`` the base model was built under.
         scored: tokens scored per window.
         problem: the subset problem (its names and shapes label the arrays).
         posterior: its posterior.
     """
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(folder / ARRAYS, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
-    reference = {"model": spec.model_dump(mode="json"), "seed": seed, "scored": scored}
+    reference = {"model": spec.model_dump(mode="json"), "scored": scored}
     (folder / REFERENCE).write_text(json.dumps(reference, indent=2) + "\n")
 
 
@@ -69,8 +67,6 @@ def load_lm_posterior(folder: Path, base_dir: Path | None = None) -> LoadedLM:
         PosteriorError: a file is missing, or the rebuilt model's trainable tensors differ
             from the file's.
     """
-    import torch
-
     from bayesflow.llm import build_causal_lm
     from bayesflow.llm.problem import build_lm_problem
     from bayesflow.posterior.files import PosteriorError
@@ -82,9 +78,7 @@ def load_lm_posterior(folder: Path, base_dir: Path | None = None) -> LoadedLM:
     reference = json.loads((folder / REFERENCE).read_text())
     with np.load(folder / ARRAYS) as stored:
         arrays = {name: stored[name] for name in stored.files}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(reference["seed"]))
-        model, names = build_causal_lm(reference["model"], base_dir)
+    model, names = build_causal_lm(reference["model"], base_dir)
     problem = build_lm_problem(model, names, none(), 1, int(reference["scored"]))
     shapes = ["x".join(map(str, shape)) or "scalar" for shape in problem.param_shapes]
     if list(names) != arrays["param_names"].tolist() or shapes != arrays["param_shapes"].tolist():

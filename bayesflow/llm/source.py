@@ -69,7 +69,9 @@ def build_base_model(spec: CausalLMSpec, base_dir: Path | None = None) -> nn.Mod
             str(folder), local_files_only=True, dtype=dtype, attn_implementation=spec.attention
         )
     else:
-        model = transformers.AutoModelForCausalLM.from_config(config_of(spec), dtype=dtype)
+        with torch.random.fork_rng(devices=[]):  # the same weights whatever the global seed
+            torch.manual_seed(spec.seed)
+            model = transformers.AutoModelForCausalLM.from_config(config_of(spec), dtype=dtype)
     model.eval()  # no dropout: a random operation under vmap is an error
     model.requires_grad_(False)
     return model  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from bayesflow.spec.strict import Strict
 
@@ -72,6 +72,10 @@ class CausalLMSpec(Strict):
     layers: PositiveInt = Field(2, description="Decoder layers.")
     heads: PositiveInt = Field(2, description="Attention heads; must divide hidden_size.")
     context: PositiveInt = Field(128, description="Longest sequence (position embeddings).")
+    seed: NonNegativeInt = Field(
+        0, description="Seed of a config-built model's random weights: the base model is the "
+        "same for every cell's seed (which seeds the chains, as for any model)."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Dtype of the frozen weights; the trainable state stays float32 "
         "and is cast to this dtype in the forward pass."

@@ -21,17 +21,16 @@ SCORED = 3
 
 
 def test_round_trip_saves_only_the_trainable_part(tmp_path) -> None:
-    spec = CausalLMSpec.model_validate(tiny())
-    torch.manual_seed(7)
+    spec = CausalLMSpec.model_validate(tiny(seed=7))
     model, names = build_causal_lm(spec)
     problem = build_lm_problem(model, names, diag_normal(1.0), 10, SCORED)
     mean = problem.init_params(torch.Generator().manual_seed(0)) + 0.1
     posterior = Posterior(mean=mean, var=torch.full_like(mean, 0.01))
-    save_lm_posterior(tmp_path / "p", spec, 7, SCORED, problem, posterior)
+    save_lm_posterior(tmp_path / "p", spec, SCORED, problem, posterior)
     frozen_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     assert (tmp_path / "p" / "posterior.npz").stat().st_size < frozen_bytes / 10
-    assert json.loads((tmp_path / "p" / "base_model.json").read_text())["seed"] == 7
-    torch.manual_seed(123)  # loading rebuilds the base weights under the saved seed
+    assert json.loads((tmp_path / "p" / "base_model.json").read_text())["model"]["seed"] == 7
+    torch.manual_seed(123)  # loading rebuilds the base weights under the spec's seed
     loaded = load_lm_posterior(tmp_path / "p")
     assert loaded.problem.param_names == names
     torch.testing.assert_close(loaded.posterior.mean, mean, rtol=0, atol=0)
@@ -45,7 +44,7 @@ def test_a_changed_base_model_or_missing_file_is_refused(tmp_path) -> None:
     model, names = build_causal_lm(spec)
     problem = build_lm_problem(model, names, diag_normal(1.0), 10, SCORED)
     mean = problem.init_params(torch.Generator().manual_seed(0))
-    save_lm_posterior(tmp_path / "p", spec, 0, SCORED, problem, Posterior(mean=mean, var=mean * 0))
+    save_lm_posterior(tmp_path / "p", spec, SCORED, problem, Posterior(mean=mean, var=mean * 0))
     reference = json.loads((tmp_path / "p" / "base_model.json").read_text())
     reference["model"]["trainable"]["lora"]["r"] = 3
     (tmp_path / "p" / "base_model.json").write_text(json.dumps(reference))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bayesflow.errors import SpecError
-from bayesflow.llm import build_causal_lm
+from bayesflow.llm import build_causal_lm, shared_causal_lm
 from bayesflow.llm.source import build_base_model
 from bayesflow.spec.llm import CausalLMSpec
 from tests.llm.conftest import tiny
@@ -72,3 +72,20 @@ def test_missing_extra_names_the_install_command(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "transformers", None)  # import raises ImportError
     with pytest.raises(SpecError, match=r"pip install 'bayesflow-workflows\[llm\]'"):
         build_causal_lm(tiny())
+
+
+def test_config_weights_follow_the_spec_seed_not_the_global_one() -> None:
+    torch.manual_seed(1)
+    first = build_base_model(CausalLMSpec.model_validate(tiny()))
+    torch.manual_seed(2)
+    again = build_base_model(CausalLMSpec.model_validate(tiny()))
+    other = build_base_model(CausalLMSpec.model_validate(tiny(seed=1)))
+    pairs = list(zip(first.parameters(), again.parameters(), other.parameters()))
+    assert all(torch.equal(a, b) for a, b, _ in pairs)
+    assert not all(torch.equal(a, c) for a, _, c in pairs)
+
+
+def test_shared_model_is_built_once_per_settings() -> None:
+    model, names = shared_causal_lm(tiny(seed=11))
+    assert shared_causal_lm(CausalLMSpec.model_validate(tiny(seed=11))) == (model, names)
+    assert shared_causal_lm(tiny(seed=12))[0] is not model
