@@ -15,12 +15,16 @@ import gzip
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from bayesflow.errors import DataError
 
-__all__ = ["BYTE_VOCABULARY", "byte_encode", "read_csv_column", "read_text_files", "token_windows"]
+__all__ = [
+    "BYTE_VOCABULARY", "Episodes", "byte_encode", "check_sizes", "episode_windows", "read_csv_column",
+    "read_text_files", "token_windows",
+]
 
 BYTE_VOCABULARY = 256
 
@@ -38,10 +42,7 @@ def token_windows(
     Raises:
         DataError: bad sizes, or no document as long as one window.
     """
-    if not 1 <= scored < length:
-        raise DataError(f"{where}: scored ({scored}) must be at least 1 and below length ({length})")
-    if stride < 1:
-        raise DataError(f"{where}: stride must be at least 1, got {stride}")
+    check_sizes(length, stride, scored, where)
     windows = []
     for document in documents:
         ids = byte_encode(document)
@@ -55,6 +56,62 @@ def token_windows(
         )
     inputs = np.stack(windows)
     return inputs, inputs[:, length - scored :].copy()
+
+
+class Episodes(NamedTuple):
+    """Windows of a corpus split into episodes, in the layout of
+    :func:`bayesflow.continual.fit_continual` (data, and the episode of every row)."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    episode_train: np.ndarray
+    episode_test: np.ndarray
+
+
+def episode_windows(
+    documents: Sequence[str], length: int, stride: int, scored: int,
+    test_fraction: float = 0.15, where: str = "data",
+) -> Episodes:
+    """One episode per document: training windows from its first ``1 − test_fraction`` of
+    bytes, test windows from the rest (the posteriors paper holds out the last 15% of each
+    book); no window spans the split.
+
+    Raises:
+        DataError: a bad fraction, or a document too short to give a window on each side.
+    """
+    if not 0 < test_fraction < 1:
+        raise DataError(f"{where}.test_fraction: must lie in (0, 1), got {test_fraction}")
+    if not documents:
+        raise DataError(f"{where}: no documents")
+    check_sizes(length, stride, scored, where)
+    parts: list[list[np.ndarray]] = [[], [], [], [], [], []]
+    for index, document in enumerate(documents):
+        ids = byte_encode(document)
+        cut = round(ids.shape[0] * (1 - test_fraction))
+        for offset, piece in ((0, ids[:cut]), (2, ids[cut:])):
+            starts = range(0, piece.shape[0] - length + 1, stride)
+            if not starts:
+                raise DataError(
+                    f"{where}: document {index} ({ids.shape[0]} bytes) gives no "
+                    f"{'training' if offset == 0 else 'test'} window of {length} bytes with "
+                    f"test_fraction {test_fraction}; use a shorter length or longer documents"
+                )
+            windows = np.stack([piece[start : start + length] for start in starts])
+            parts[offset].append(windows)
+            parts[offset + 1].append(windows[:, length - scored :])
+            parts[4 + offset // 2].append(np.full(windows.shape[0], index, dtype=np.int64))
+    x_train, y_train, x_test, y_test, episode_train, episode_test = (np.concatenate(p) for p in parts)
+    return Episodes(x_train, y_train, x_test, y_test, episode_train, episode_test)
+
+
+def check_sizes(length: int, stride: int, scored: int, where: str = "data") -> None:
+    """Refuse a ``scored`` outside [1, length) or a ``stride`` below 1 (a DataError)."""
+    if not 1 <= scored < length:
+        raise DataError(f"{where}: scored ({scored}) must be at least 1 and below length ({length})")
+    if stride < 1:
+        raise DataError(f"{where}: stride must be at least 1, got {stride}")
 
 
 def read_csv_column(path: Path, column: str, where: str = "data") -> list[str]:

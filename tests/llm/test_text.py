@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from bayesflow.errors import DataError
-from bayesflow.llm.text import byte_encode, read_csv_column, read_text_files, token_windows
+from bayesflow.llm.text import (
+    byte_encode,
+    episode_windows,
+    read_csv_column,
+    read_text_files,
+    token_windows,
+)
 
 IMDB = Path(str(resources.files("bayesflow.data") / "files" / "imdb_train_subset.csv.gz"))
 
@@ -55,3 +61,19 @@ def test_bad_files_are_data_errors(tmp_path) -> None:
         read_text_files([latin])
     with pytest.raises(DataError, match="no file"):
         read_text_files([tmp_path / "absent.txt"])
+
+
+def test_episodes_hold_out_the_end_of_every_document() -> None:
+    documents = ["a" * 80 + "B" * 20, "c" * 60 + "D" * 40]
+    episodes = episode_windows(documents, length=10, stride=10, scored=3, test_fraction=0.2)
+    text = lambda rows: {bytes(r.astype(np.uint8)).decode() for r in rows}
+    assert text(episodes.x_train[episodes.episode_train == 0]) == {"a" * 10}
+    assert text(episodes.x_test[episodes.episode_test == 0]) == {"B" * 10}
+    # document 1: 80 training bytes ("c" * 60 + "D" * 20), 20 test bytes
+    assert text(episodes.x_test[episodes.episode_test == 1]) == {"D" * 10}
+    assert (episodes.episode_train == 0).sum() == 8 and (episodes.episode_test == 1).sum() == 2
+    np.testing.assert_array_equal(episodes.y_train, episodes.x_train[:, -3:])
+    with pytest.raises(DataError, match="document 1 .20 bytes. gives no test window of 10 bytes"):
+        episode_windows(["x" * 100, "y" * 20], 10, 5, 2, test_fraction=0.15)
+    with pytest.raises(DataError, match="test_fraction: must lie in"):
+        episode_windows(documents, 10, 5, 2, test_fraction=1.0)
