@@ -120,9 +120,12 @@ def memory_child(args: argparse.Namespace) -> None:
             optimizer.step()
     else:
         problem = build_lm_problem(model, names, diag_normal(1.0), args.windows * scored, scored)
-        spec = METHODS.get("map").spec.model_validate(
-            {"engine": "map", "batch_size": None, "optimizer": {"name": "adamw", "lr": 1e-4, "weight_decay": 0.0}})
-        engine = METHODS.get("map").builder()(problem, Tempering(1.0, problem.num_data), spec)
+        if args.child_loop == "sghmc":
+            name, settings = "sghmc", {"chains": args.chains, "lr": 1e-6, "keep": "last"}
+        else:
+            name, settings = "map", {"optimizer": {"name": "adamw", "lr": 1e-4, "weight_decay": 0.0}}
+        spec = METHODS.get(name).spec.model_validate({"engine": name, "batch_size": None, **settings})
+        engine = METHODS.get(name).builder()(problem, Tempering(1.0, problem.num_data), spec)
         holder = [engine.init(problem.init_params(torch.Generator().manual_seed(0)), torch.Generator())]
 
         def step() -> None:
@@ -147,6 +150,15 @@ def memory(args: argparse.Namespace) -> None:
                 f"--{key}={getattr(args, key)}" for key in ("hidden", "layers", "length", "windows", "repeats", "vocab")]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             found[loop] = json.loads(output.strip().splitlines()[-1])
+        if args.chains > 1:
+            command[4] = "sghmc"
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            chains = json.loads(output.strip().splitlines()[-1])
+            state = 3 * args.chains * chains["d"] * 4 / 2**20  # positions, momenta, gradients
+            print(f"{label:10s} SGHMC {args.chains} chains: peak RSS {chains['peak_mib']:.0f} MiB, "
+                  f"{chains['peak_mib'] - chains['built_mib']:.0f} MiB above the built model "
+                  f"(the chains' positions, momenta and gradients: {state:.0f} MiB); step "
+                  f"{chains['ms']:.0f} ms")
         plain, ours = found["plain"], found["bayesflow"]
         print(f"{label:10s} {plain['parameters']:,} parameters, d = {plain['d']:,}: peak RSS plain "
               f"{plain['peak_mib']:.0f} MiB, bayesflow {ours['peak_mib']:.0f} MiB "
@@ -161,7 +173,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--windows", type=int, default=8)
-    parser.add_argument("--chains", type=int, default=10)
+    parser.add_argument("--chains", type=int, default=10, help="chains (--memory: an SGHMC case; 1: none)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--vocab", type=int, default=256)
     parser.add_argument("--memory", action="store_true", help="peak memory and MAP step, per process")

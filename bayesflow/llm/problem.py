@@ -106,7 +106,8 @@ def build_lm_problem(
         prior: the prior over the trainable tensors.
         num_data: N, the number of scored training tokens (windows × ``scored``).
         scored: S, how many of each window's last tokens are scored; the logits of
-            positions L − S − 1 … L − 2 predict tokens L − S … L − 1.
+            positions L − S − 1 … L − 2 predict tokens L − S … L − 1 (only the last S + 1
+            positions go through the output layer).
         device: where the model and the data live.
     """
     device = torch.device(device)
@@ -114,17 +115,17 @@ def build_lm_problem(
     shapes = tuple(tuple(value.shape) for value in tensors.values())
     dtypes = tuple(value.dtype for value in tensors.values())
     sizes = [math.prod(shape) for shape in shapes]
-    start = torch.cat([value.detach().reshape(-1).float() for value in tensors.values()]).to(device)
     bound_prior = prior.bind(names, shapes, torch.float32, device)
+    # Only the last S + 1 positions reach the output layer (transformers' logits_to_keep):
+    # the logits of the other positions are never formed.
+    options = {"use_cache": False, "logits_to_keep": scored + 1}
 
     def forward(params: Tensor, inputs: Tensor) -> Tensor:
         pieces = params.split(sizes)
         swapped = {name: piece.reshape(shape).to(dtype)
                    for name, piece, shape, dtype in zip(names, pieces, shapes, dtypes)}
-        tokens = inputs.long()
-        logits = functional_call(model, swapped, (tokens,), {"use_cache": False}, strict=False).logits
-        length = tokens.shape[-1]
-        return logits[..., length - scored - 1 : length - 1, :].float()
+        logits = functional_call(model, swapped, (inputs.long(),), options, strict=False).logits
+        return logits[..., :-1, :].float()
 
     forward.language_model = model  # type: ignore[attr-defined]  # what a reader may inspect
 
@@ -133,14 +134,15 @@ def build_lm_problem(
         ``B`` zero (the adapted model starts equal to the base); any other trainable tensor
         starts at the model's value (fine-tuning starts from the pretrained weights)."""
         pieces = []
-        for name, value in zip(names, start.split(sizes)):
+        for name, shape in zip(names, shapes):
             if ".lora_A." in name:
-                fresh = torch.empty(shapes[names.index(name)])
+                fresh = torch.empty(shape)
                 nn.init.kaiming_uniform_(fresh, a=math.sqrt(5), generator=_cpu(generator))
-                value = fresh.reshape(-1).to(device)
+                pieces.append(fresh.reshape(-1).to(device))
             elif ".lora_B." in name:
-                value = torch.zeros_like(value)
-            pieces.append(value)
+                pieces.append(torch.zeros(math.prod(shape), device=device))
+            else:  # read from the model when asked: the problem keeps no copy
+                pieces.append(tensors[name].detach().reshape(-1).to(device, torch.float32))
         return torch.cat(pieces)
 
     return Problem(
@@ -150,7 +152,7 @@ def build_lm_problem(
         log_prior=bound_prior.log_prob,
         prior_precision=bound_prior.precision,
         num_data=num_data,
-        dimension=int(start.numel()),
+        dimension=sum(sizes),
         param_names=names,
         param_shapes=shapes,
         init_params=init_params,

@@ -120,7 +120,7 @@ def test_lora_starts_at_the_base_model_with_chains_apart() -> None:
     # B = 0: the adapted model is the base model (exactly: the adapter adds zero)
     with model.disable_adapter():
         plain = model(inputs, use_cache=False).logits[:, LENGTH - SCORED - 1 : LENGTH - 1]
-    torch.testing.assert_close(problem.forward(first, inputs), plain, rtol=0, atol=0)
+    torch.testing.assert_close(problem.forward(first, inputs), plain, **reordered(torch.float32, 256))
     torch.testing.assert_close(base, plain, rtol=0, atol=0)
 
 
