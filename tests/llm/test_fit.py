@@ -91,3 +91,29 @@ def test_map_with_adamw_and_sghmc_run_on_a_lora_subset() -> None:
     for name, value in model.named_parameters():
         if name not in names:
             assert torch.equal(value, frozen[name]), name
+
+
+# Every method whose engine reads only gradients and log posteriors runs unchanged on a
+# language-model subset. The Laplace, EKF and conjugate engines take one gradient or one GGN
+# per example (a window, here S tokens) and are not among them: a language model's Laplace
+# is bayesflow.llm.curvature's token Fisher (test_curvature.py).
+GRADIENT_METHODS = ["map", "mle", "deep_ensemble", "vi_diag", "vi_dense", "sgld", "sghmc", "sgnht",
+                    "baoa", "sgmcmc_wenzel", pytest.param("nuts", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("subset", ["lora", "last_layer"])
+@pytest.mark.parametrize("name", GRADIENT_METHODS)
+def test_gradient_methods_run_on_a_language_model_subset(name: str, subset: str) -> None:
+    from tests.engines.helpers import make_config
+
+    trainable = None if subset == "lora" else {"parameters": ["model.layers.1.mlp.*"]}
+    model, names = build_causal_lm(tiny() if trainable is None else tiny(trainable=trainable))
+    windows = torch.randint(0, 256, (24, 12), generator=torch.Generator().manual_seed(0))
+    problem = build_lm_problem(model, names, diag_normal(1.0), 24 * 4, 4)
+    engine = METHODS.get(name).builder()(problem, Tempering(0.5, problem.num_data), make_config(name))
+    start = problem.init_params(torch.Generator().manual_seed(1))
+    posterior = fit(engine, start, windows, windows[:, -4:], torch.Generator().manual_seed(0)).posterior
+    values = posterior.samples if posterior.samples is not None else posterior.mean
+    assert values is not None and values.shape[-1] == problem.dimension
+    assert torch.isfinite(values).all()
+    assert not torch.equal(values.reshape(-1, problem.dimension)[-1], start)  # it moved
