@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from bayesflow.spec.strict import Strict
 
@@ -85,6 +85,16 @@ class CausalLMSpec(Strict):
         "torch.func.vmap (transformers' SDPA path fails there with a batched mask)."
     )
     trainable: TrainableSpec = Field(description="Which tensors are inferred.")
+
+    @field_validator("attention", mode="before")
+    @classmethod
+    def _eager(cls, value: object) -> object:
+        if value != "eager":
+            raise ValueError(
+                f"attention {value!r} cannot run chains: only `eager` batches under torch.func.vmap "
+                "(transformers' SDPA path fails there with a batched attention mask); use eager"
+            )
+        return value
 
     @model_validator(mode="after")
     def _source(self) -> CausalLMSpec:

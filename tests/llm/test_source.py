@@ -26,9 +26,16 @@ def test_config_built_model_is_tiny_eager_and_frozen(family: str) -> None:
     assert logits.shape == (2, 9, 256)
 
 
-def test_dtype_of_the_frozen_weights() -> None:
-    model = build_base_model(CausalLMSpec.model_validate(tiny(dtype="bfloat16")))
-    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_dtype_of_the_frozen_weights(dtype: str) -> None:
+    model = build_base_model(CausalLMSpec.model_validate(tiny(dtype=dtype)))
+    assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
+
+
+def test_sdpa_attention_is_refused_with_the_reason() -> None:
+    with pytest.raises(SpecError, match="attention 'sdpa' cannot run chains: only `eager` batches"):
+        build_causal_lm(tiny(attention="sdpa"))
+    assert "SDPA path fails" in (CausalLMSpec.model_fields["attention"].description or "")
 
 
 def test_local_folder_loads_the_saved_weights(tmp_path) -> None:
