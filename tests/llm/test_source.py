@@ -96,3 +96,12 @@ def test_shared_model_is_built_once_per_settings() -> None:
     model, names = shared_causal_lm(tiny(seed=11))
     assert shared_causal_lm(CausalLMSpec.model_validate(tiny(seed=11))) == (model, names)
     assert shared_causal_lm(tiny(seed=12))[0] is not model
+
+
+def test_importing_the_package_loads_neither_torch_nor_the_extra() -> None:
+    import subprocess
+
+    code = ("import sys, bayesflow.llm, bayesflow.spec.llm; "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
