@@ -116,18 +116,25 @@ def build_lm_problem(
     dtypes = tuple(value.dtype for value in tensors.values())
     sizes = [math.prod(shape) for shape in shapes]
     bound_prior = prior.bind(names, shapes, torch.float32, device)
-    # Only the last S + 1 positions reach the output layer (transformers' logits_to_keep):
-    # the logits of the other positions are never formed.
-    options = {"use_cache": False, "logits_to_keep": scored + 1}
-
-    def forward(params: Tensor, inputs: Tensor) -> Tensor:
+    def logits(params: Tensor, inputs: Tensor, keep: int) -> Tensor:
+        """The float32 logits of the last ``keep`` positions (transformers'
+        ``logits_to_keep``: the other positions' logits are never formed)."""
         pieces = params.split(sizes)
         swapped = {name: piece.reshape(shape).to(dtype)
                    for name, piece, shape, dtype in zip(names, pieces, shapes, dtypes)}
-        logits = functional_call(model, swapped, (inputs.long(),), options, strict=False).logits
-        return logits[..., :-1, :].float()
+        options = {"use_cache": False, "logits_to_keep": keep}
+        return functional_call(model, swapped, (inputs.long(),), options, strict=False).logits.float()
+
+    def forward(params: Tensor, inputs: Tensor) -> Tensor:
+        return logits(params, inputs, scored + 1)[..., :-1, :]
+
+    def without_last(params: Tensor, inputs: Tensor) -> Tensor:
+        """The same scored logits from the windows without their last token, which no
+        scored logit reads (causal attention): the model never sees that position."""
+        return logits(params, inputs[..., :-1], scored)
 
     forward.language_model = model  # type: ignore[attr-defined]  # what a reader may inspect
+    forward.without_last = without_last  # type: ignore[attr-defined]  # bayesflow.llm.kfac
 
     def init_params(generator: torch.Generator) -> Tensor:
         """LoRA ``A`` drawn as peft draws it (Kaiming uniform, a = √5) under ``generator``,
