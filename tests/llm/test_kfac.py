@@ -25,10 +25,13 @@ LAST_LAYER = {"parameters": ["model.layers.1.self_attn.*", "model.layers.1.mlp.*
 
 
 def setup(windows: int, length: int, scored: int, trainable: dict | None = None,
-          prior_variance: float = PRIOR_VARIANCE, family: str = "llama") -> tuple:
+          prior_variance: float = PRIOR_VARIANCE, family: str = "llama",
+          dtype: str = "float32") -> tuple:
     """A tiny model's problem, parameters off the LoRA start (B ≠ 0), and random windows."""
     torch.manual_seed(0)
-    config = tiny(family) if trainable is None else tiny(family, trainable=trainable)
+    config = tiny(family, dtype=dtype)
+    if trainable is not None:
+        config["trainable"] = trainable
     model, names = build_causal_lm(config)
     problem = build_lm_problem(model, names, diag_normal(prior_variance), windows * scored, scored)
     tokens = torch.randint(0, 256, (windows, length), generator=torch.Generator().manual_seed(2))
@@ -89,22 +92,26 @@ def closed_form(model, problem, params, tokens, targets) -> list[tuple]:
     grads = torch.autograd.grad(total, [records[name][1] for name in names] + [leaf])
     result = []
     for layer, grad in zip(layers.layers, grads[:-1]):
-        a = records[layer.name][0][:, :-1].reshape(-1, layer.shape[1])
-        g = grad[:, :-1].reshape(-1, layer.shape[0])
+        a = records[layer.name][0][:, :-1].reshape(-1, layer.shape[1]).float()
+        g = grad[:, :-1].reshape(-1, layer.shape[0]).float()
         assert float(grad[:, -1].abs().max()) == 0.0  # the last position reaches no scored token
         # The rows lose nothing: Σ_rows g aᵀ is the weight's full gradient.
         expected = grads[-1][layer.weight.reshape(-1)].reshape(layer.shape)
-        torch.testing.assert_close(g.T @ a, expected, **reordered(torch.float32, 64, scale=float(expected.abs().max())))
+        layer_dtype = records[layer.name][0].dtype  # the weight's gradient is summed in it
+        torch.testing.assert_close(g.T @ a, expected, **reordered(layer_dtype, 64, scale=float(expected.abs().max())))
         result.append((a.T @ a, g.T @ g, float(a.shape[0])))
     return result
 
 
-@pytest.mark.parametrize("trainable", [None, LAST_LAYER], ids=["lora", "last_layer"])
-def test_factors_match_the_per_position_closed_form(trainable: dict | None) -> None:
+@pytest.mark.parametrize(("trainable", "dtype"), [(None, "float32"), (LAST_LAYER, "float32"),
+                                                  (LAST_LAYER, "bfloat16")],
+                         ids=["lora", "last_layer", "last_layer_bf16"])
+def test_factors_match_the_per_position_closed_form(trainable: dict | None, dtype: str) -> None:
     """Several windows, several scored tokens: the expand factors over positions 0 … L − 2,
-    and the same sums from batches of two windows."""
+    and the same sums from batches of two windows. With bfloat16 layers the factors are
+    float32 sums of their bfloat16 inputs and gradients."""
     windows, length, scored = 4, 8, 3
-    model, problem, params, tokens, targets = setup(windows, length, scored, trainable)
+    model, problem, params, tokens, targets = setup(windows, length, scored, trainable, dtype=dtype)
     layers = lm_kfac_layers(problem)
     packed = lm_kfac_factors(problem, layers, params, tokens, targets)
     batched = lm_kfac_factors(problem, layers, params, tokens, targets, batch_size=2)
