@@ -251,11 +251,11 @@ def accumulate_factors(
     gradient_factors = [outputs.new_zeros(layer.shape[0], layer.shape[0]) for layer in layers.layers]
     for grads in _output_gradients(problem, outputs, targets, layer_outputs, kind):
         for layer, total, gradient in zip(layers.layers, gradient_factors, grads):
-            rows = output_rows(layer.module, gradient)
+            rows = output_rows(layer.module, gradient).to(total.dtype)  # bf16 layers: sum in fp32
             total += rows.T @ rows
     pieces = []
     for layer, gradient_factor in zip(layers.layers, gradient_factors):
-        rows = layer_rows(layer.module, records[layer.name][0][0])
+        rows = layer_rows(layer.module, records[layer.name][0][0]).to(gradient_factor.dtype)
         count = rows.new_full((1,), rows.shape[0])
         pieces += [(rows.T @ rows).reshape(-1), gradient_factor.reshape(-1), count]
     return torch.cat(pieces).detach()

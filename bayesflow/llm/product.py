@@ -1,0 +1,89 @@
+"""A language model's posterior as files: the trainable part only, plus a reference to the
+base model.
+
+``posterior.npz`` is the contract's file (DESIGN.md) over the trainable tensors (their
+``param_names`` are the LoRA adapters or the globbed tensors); ``base_model.json`` holds the
+``causal_lm`` model section (a config with the ``seed`` of its random weights, or a local
+folder's path: weights are never copied). Loading rebuilds the base model from that reference and checks the tensors' names and shapes against the file.
+
+Not yet what ``bayesflow.load_posterior`` reads for a run (docs/llm.md).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+
+from bayesflow.engines.base import Posterior, Problem
+from bayesflow.spec.llm import CausalLMSpec
+
+__all__ = ["LoadedLM", "load_lm_posterior", "save_lm_posterior"]
+
+REFERENCE = "base_model.json"
+ARRAYS = "posterior.npz"
+
+
+@dataclass(frozen=True)
+class LoadedLM:
+    """A loaded language-model posterior.
+
+    Attributes:
+        model: the rebuilt base model (peft-wrapped for LoRA), frozen.
+        problem: its problem over the trainable tensors (no prior, N = 1: for predicting).
+        posterior: the posterior over the trainable tensors.
+    """
+
+    model: nn.Module
+    problem: Problem
+    posterior: Posterior
+
+
+def save_lm_posterior(
+    folder: Path, spec: CausalLMSpec, scored: int, problem: Problem, posterior: Posterior
+) -> None:
+    """Write ``posterior.npz`` (trainable tensors only) and ``base_model.json``.
+
+    Args:
+        folder: where to write (created).
+        spec: the model section the problem was built from.
+        scored: tokens scored per window.
+        problem: the subset problem (its names and shapes label the arrays).
+        posterior: its posterior.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / ARRAYS, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
+    reference = {"model": spec.model_dump(mode="json"), "scored": scored}
+    (folder / REFERENCE).write_text(json.dumps(reference, indent=2) + "\n")
+
+
+def load_lm_posterior(folder: Path, base_dir: Path | None = None) -> LoadedLM:
+    """Rebuild the base model from ``base_model.json`` and read the posterior.
+
+    Raises:
+        PosteriorError: a file is missing, or the rebuilt model's trainable tensors differ
+            from the file's.
+    """
+    from bayesflow.llm import build_causal_lm
+    from bayesflow.llm.problem import build_lm_problem
+    from bayesflow.posterior.files import PosteriorError
+    from bayesflow.priors import none
+
+    missing = [name for name in (REFERENCE, ARRAYS) if not (folder / name).is_file()]
+    if missing:
+        raise PosteriorError(f"{str(folder)!r} lacks {', '.join(missing)}: not a saved language-model posterior")
+    reference = json.loads((folder / REFERENCE).read_text())
+    with np.load(folder / ARRAYS) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    model, names = build_causal_lm(reference["model"], base_dir)
+    problem = build_lm_problem(model, names, none(), 1, int(reference["scored"]))
+    shapes = ["x".join(map(str, shape)) or "scalar" for shape in problem.param_shapes]
+    if list(names) != arrays["param_names"].tolist() or shapes != arrays["param_shapes"].tolist():
+        raise PosteriorError(
+            f"{str(folder)!r}: the rebuilt model's trainable tensors ({len(names)}) are not the "
+            f"file's ({len(arrays['param_names'])}); was the base model changed?"
+        )
+    return LoadedLM(model, problem, Posterior.from_arrays(arrays))

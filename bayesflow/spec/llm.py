@@ -1,0 +1,105 @@
+"""The settings of a causal language model (torch-free): where it comes from and which of
+its tensors are inferred.
+
+Not yet a member of the spec's ``model`` union: :mod:`bayesflow.llm` builds models and
+problems from these classes in Python (docs/llm.md says what is wired and what is not).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+
+from bayesflow.spec.strict import Strict
+
+__all__ = ["CausalLMSpec", "LoraSpec", "TrainableSpec"]
+
+
+class LoraSpec(Strict):
+    """Low-rank adapters (peft's LoRA) added to some linear layers; only they are inferred."""
+
+    r: PositiveInt = Field(8, description="Rank of each adapter.")
+    alpha: float = Field(32.0, gt=0, description="Scaling numerator: an adapter adds (alpha / r) B A x.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "o_proj"],
+        min_length=1,
+        description="Module names (the last part of a dotted name, as peft reads them) that get "
+        "an adapter, e.g. `q_proj` for Llama or `c_attn` for GPT-2.",
+    )
+    layers: list[int] | None = Field(
+        None, description="Indices of the decoder layers that get adapters (negative counts from "
+        "the last: -1 is the last layer); null: every layer."
+    )
+
+
+class TrainableSpec(Strict):
+    """Which tensors of the model form the state the methods see; every other weight stays
+    frozen, held once in the model."""
+
+    lora: LoraSpec | None = Field(None, description="Infer LoRA adapters only.")
+    parameters: list[str] | None = Field(
+        None, min_length=1,
+        description="Glob patterns of parameter names to infer (fnmatch: `*` also matches dots), "
+        "e.g. `model.layers.1.*` for a Llama's second decoder layer.",
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> TrainableSpec:
+        if (self.lora is None) == (self.parameters is None):
+            raise ValueError("give exactly one of `lora` or `parameters`")
+        return self
+
+
+class CausalLMSpec(Strict):
+    """A Hugging Face causal language model (the `llm` extra), built from a config (tiny
+    models, nothing downloaded) or loaded from a local folder (`path`, never fetched)."""
+
+    name: Literal["causal_lm"] = Field(description="Registry name of the model.")
+    family: Literal["llama", "gpt2"] | None = Field(
+        None, description="Architecture of a model built from a config (random weights); "
+        "null with `path`."
+    )
+    path: str | None = Field(
+        None, description="A local folder with the model's `config.json`, its weights "
+        "(`*.safetensors` or `*.bin`) and tokenizer; read with local_files_only."
+    )
+    vocab_size: PositiveInt = Field(256, description="Token ids (config-built models).")
+    hidden_size: PositiveInt = Field(32, description="Width of the residual stream.")
+    intermediate_size: PositiveInt | None = Field(
+        None, description="Width of the MLP (default: 4 × hidden_size)."
+    )
+    layers: PositiveInt = Field(2, description="Decoder layers.")
+    heads: PositiveInt = Field(2, description="Attention heads; must divide hidden_size.")
+    context: PositiveInt = Field(128, description="Longest sequence (position embeddings).")
+    seed: NonNegativeInt = Field(
+        0, description="Seed of a config-built model's random weights: the base model is the "
+        "same for every cell's seed (which seeds the chains, as for any model)."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Dtype of the frozen weights; the trainable state stays float32 "
+        "and is cast to this dtype in the forward pass."
+    )
+    attention: Literal["eager"] = Field(
+        "eager", description="Attention implementation. Only `eager` batches over chains under "
+        "torch.func.vmap (transformers' SDPA path fails there with a batched mask)."
+    )
+    trainable: TrainableSpec = Field(description="Which tensors are inferred.")
+
+    @field_validator("attention", mode="before")
+    @classmethod
+    def _eager(cls, value: object) -> object:
+        if value != "eager":
+            raise ValueError(
+                f"attention {value!r} cannot run chains: only `eager` batches under torch.func.vmap "
+                "(transformers' SDPA path fails there with a batched attention mask); use eager"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _source(self) -> CausalLMSpec:
+        if (self.family is None) == (self.path is None):
+            raise ValueError("give exactly one of `family` (built from a config) or `path` (a local folder)")
+        if self.family is not None and self.hidden_size % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide hidden_size ({self.hidden_size})")
+        return self
