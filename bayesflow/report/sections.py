@@ -24,8 +24,8 @@ import yaml
 
 from bayesflow.report.suggest import suggested_temperatures
 from bayesflow.report.tables import (
-    CHOSEN_ON,
     AGREEMENT_METRICS,
+    CHOSEN_ON,
     MARK,
     best_temperature_table,
     best_variants,

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
-    "CHOSEN_ON",
     "AGREEMENT_METRICS",
+    "CHOSEN_ON",
     "FINISHED",
     "MARK",
     "best_cells",

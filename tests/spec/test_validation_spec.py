@@ -11,7 +11,6 @@ from bayesflow.spec import load_spec
 from tests.conftest import TINY_SPEC, write
 from tests.spec.test_relations import problems
 
-
 CSV = """\
 data:
   name: csv
