@@ -54,12 +54,12 @@ run: setup
 	$(BIN)/bayesflow run $(SPEC) $(ARGS)
 
 test: setup-dev
-	$(BIN)/python -m pytest -q -n 2 $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup $(ARGS)
 
 # Unit tests (no `e2e` or `slow` mark) plus the `smoke` end-to-end run: the real command
 # line, MLflow store and Jupyter kernel on a tiny spec.
 test-fast: setup-dev
-	$(BIN)/python -m pytest -q -n 2 -m "(not e2e and not slow) or smoke" $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "(not e2e and not slow) or smoke" $(ARGS)
 
 # The tests that compare floats, under every CPU kernel level torch offers on this machine
 # (ATEN_CPU_CAPABILITY=default, avx2, avx512 where the CPU has them) and with 1 and 2 torch

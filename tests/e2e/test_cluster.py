@@ -30,7 +30,10 @@ import pytest
 
 from tests.e2e.test_design_card import SMALL
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# One pytest-xdist worker runs them all (`--dist loadgroup`, the Makefile's): one cluster at a
+# time, started once; two heads' Ray Client proxies would pick session ports from the same
+# range (23000-24000) at once.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("ray_cluster")]
 ROOT = Path(__file__).parents[2]
 WORKFLOW = ROOT / "workflows" / "cold_posterior.yaml"
 START_SECONDS = 180
