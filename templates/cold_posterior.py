@@ -77,9 +77,12 @@ if not best.empty:
 # ## Evidence-chosen priors
 #
 # Wenzel et al. (2020) ask whether a cold posterior compensates for a poor prior. The
-# Laplace evidence $\log p(D) \approx \log p(D \mid \theta^*) + \log p(\theta^*) +
-# \tfrac{d}{2}\log 2\pi - \tfrac12 \log\det\Lambda$ chooses the prior by the data
-# alone (empirical Bayes); a Laplace method with `prior_variance: auto` uses that prior.
+# Laplace evidence
+#
+# $$\log p(D) \approx \log p(D \mid \theta^*) + \log p(\theta^*) + \tfrac{d}{2}\log 2\pi - \tfrac12 \log\det\Lambda$$
+#
+# chooses the prior by the data alone (empirical Bayes); a Laplace method with
+# `prior_variance: auto` uses that prior.
 
 # %%
 from bayesflow.report import evidence
