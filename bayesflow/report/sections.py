@@ -192,14 +192,14 @@ def suggestion(frame: pd.DataFrame) -> str:
     found = suggested_temperatures(frame, "test_nll")
     shown = [
         f"{code(key[-1])}{' [' + escape(key[0]) + ']' if len(key) > 1 else ''} "
-        + ("none (its lowest is at the grid's edge)" if value is None else f"T ≈ {value:.3g}")
+        + (": none, its best is at the grid's edge" if value is None else f"T ≈ {value:.3g}")
         for key, value in found.items()
     ]
     if not any(value is not None for value in found.values()):
         return ""
     return (
         "\n\n*Suggested, not fitted:* a parabola in log T through each method's mean "
-        "validation NLL at its best grid temperature and the two beside it is lowest at "
+        "validation NLL at its best grid temperature and the two beside it; its lowest point: "
         + "; ".join(shown) + ". No fit was run there: a temperature to try next."
     )
 
