@@ -29,10 +29,7 @@ import numpy as np
 import pandas as pd
 
 from bayesflow.evaluate.significance import ALPHA, Comparison, compare, holm
-
-# _shared: the best-temperature table's test of a method that does not depend on T, so
-# both tables agree on which methods those are.
-from bayesflow.report.tables import FINISHED, _shared, best_cells, variants
+from bayesflow.report.tables import FINISHED, best_cells, temperature_independent, variants
 
 __all__ = ["COLUMNS", "explain", "pairs_at_best", "pairs_by_temperature", "section", "summary"]
 
@@ -122,7 +119,7 @@ def pairs_by_temperature(frame: pd.DataFrame, metric: str = "test_nll") -> pd.Da
         return pd.DataFrame(columns=[*keys, *COLUMNS])
     for key, group in _by_variant(frame):
         methods = {method: rows for method, rows in group.groupby("method", sort=False)}
-        shared = [method for method, rows in methods.items() if _shared(rows)]
+        shared = [method for method, rows in methods.items() if temperature_independent(rows)]
         tempered = [method for method in methods if method not in shared]
         for first, second in combinations(shared, 2):
             keyed.append({**key, "T": SHARED})
@@ -152,7 +149,7 @@ def pairs_at_best(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame
     tests: list[tuple[str, str, Comparison]] = []
     for key, group in _by_variant(best_cells(frame, metric)):
         cells = {method: rows for method, rows in group.groupby("method", sort=False)}
-        where = {m: SHARED if _shared(rows) else f"{float(rows['temperature'].iloc[0]):g}"
+        where = {m: SHARED if temperature_independent(rows) else f"{float(rows['temperature'].iloc[0]):g}"
                  for m, rows in cells.items()}
         for first, second in combinations(cells, 2):
             keyed.append({**key, "T of A": where[first], "T of B": where[second]})

@@ -44,6 +44,7 @@ __all__ = [
     "results_table",
     "selection_metric",
     "summary_metrics",
+    "temperature_independent",
     "variant_table",
     "variants",
 ]
@@ -205,7 +206,9 @@ def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.
     rows = []
     for key, best, cell, done, chosen in _best(values, keyed, metric):
         row = dict(zip([*keyed, "method"], key))
-        row["best T"] = "any (T → 0)" if _shared(cell) else ("—" if best is None else f"{best:g}")
+        row["best T"] = (
+            "any (T → 0)" if temperature_independent(cell) else ("—" if best is None else f"{best:g}")
+        )
         row[CHOSEN_ON] = "validation" if chosen == validation else "test"
         for name in shown:
             row[name] = _marked(_mean_and_spread(done[name]), done, [name])
@@ -303,7 +306,7 @@ def variant_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame
     return wide.fillna("—").reset_index().rename_axis(columns=None)
 
 
-def _shared(cell: pd.DataFrame) -> bool:
+def temperature_independent(cell: pd.DataFrame) -> bool:
     """True when the fits of a cell do not depend on the temperature."""
     shared = bool((pd.to_numeric(cell["temperature"], errors="coerce") <= 0).all())
     if "temperature_shared" in cell.columns:
