@@ -30,9 +30,8 @@ import pytest
 
 from tests.e2e.test_design_card import SMALL
 
-# One pytest-xdist worker runs them all (`--dist loadgroup`, the Makefile's): one cluster at a
-# time, started once; two heads' Ray Client proxies would pick session ports from the same
-# range (23000-24000) at once.
+# One pytest-xdist worker runs them all (`--dist loadgroup`, the Makefile's): the module's
+# cluster is started once, and one cluster at a time runs on the 2 cores.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("ray_cluster")]
 ROOT = Path(__file__).parents[2]
 WORKFLOW = ROOT / "workflows" / "cold_posterior.yaml"
@@ -277,9 +276,19 @@ def test_a_cluster_without_a_shared_folder_computes_the_local_cells(cluster: Clu
 def test_a_driver_through_ray_client_computes_every_cell(cluster: Cluster) -> None:
     """``execution.address: ray://HOST:PORT`` (Ray Client, a driver outside the cluster)
     runs every stage on the worker node and gives every cell."""
-    folder = cluster.run_folder / "client"
-    folder.mkdir()
-    outcome = _run(folder, cluster.env, *cluster.overrides(2, cluster.client))
+    # Ray 2.60's client proxy sometimes loses the per-session server it spawns on a loaded
+    # machine (`Initialization failure from server: ... psutil.ZombieProcess`, 2 of 5 full-suite
+    # runs here); bayesflow reports it as a ClusterError naming the address. One more session
+    # is tried then; any other failure, or a second one, fails the test.
+    for attempt in range(2):
+        folder = cluster.run_folder / f"client-{attempt}"
+        folder.mkdir()
+        try:
+            outcome = _run(folder, cluster.env, *cluster.overrides(2, cluster.client))
+            break
+        except AssertionError as error:
+            if attempt or "Initialization failure from server" not in str(error):
+                raise
     assert outcome["exit_code"] == 0, outcome["errors"]
     assert set(outcome["status"]) - _computed(outcome["status"]) == _shared(outcome["status"])
     assert len(outcome["results"]) == CELLS
