@@ -105,6 +105,15 @@ def energy() -> Likelihood:
     return Likelihood("energy", "energy")
 
 
+@LIKELIHOODS.register("next_token")
+def next_token() -> Likelihood:
+    """The categorical likelihood of a causal language model's scored tokens
+    (:class:`bayesflow.llm.problem.NextToken`: outputs (..., S, V), targets (..., S))."""
+    from bayesflow.llm.problem import NextToken
+
+    return NextToken()
+
+
 def build_likelihood(config: dict[str, Any]) -> Likelihood:
     """Build the likelihood a spec's ``likelihood`` section describes."""
     options = dict(config)
