@@ -28,6 +28,7 @@ from bayesflow.engines.base import Posterior, Problem
 from bayesflow.evaluate import metrics
 from bayesflow.evaluate.conventions import describe
 from bayesflow.evaluate.linearized import closed_form_scores, linearized_outputs_of
+from bayesflow.evaluate.tokens import evaluate_tokens
 from bayesflow.evaluate.uncertainty import decompose_uncertainty, ood_auroc
 from bayesflow.likelihoods import Likelihood
 
@@ -352,9 +353,8 @@ def evaluate_full(
         An :class:`Evaluation`; see :data:`bayesflow.evaluate.CONVENTIONS`.
     """
     if likelihood.name == "next_token":  # a language model: every scored token is a point
-        from bayesflow.evaluate.tokens import evaluate_tokens
-
-        return Evaluation(*evaluate_tokens(problem, posterior, x_test, y_test, n_samples, generator, ece_bins, ece_binning=ece_binning))
+        return Evaluation(*evaluate_tokens(problem, draw_samples(posterior, n_samples, generator), x_test, y_test, ece_bins,
+                                           ece_binning=ece_binning, outputs_of=lambda s, x: predictive_outputs(problem, s, x, chunk)))
     if likelihood.task not in ("classification", "regression"):
         raise ValueError(f"likelihood {likelihood.name!r} has task {likelihood.task!r}; "
                          "expected 'classification' or 'regression'")

@@ -14,12 +14,14 @@ and each chunk is reduced to a few numbers per token and sample at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch.func import vmap
 
-from bayesflow.engines.base import Posterior, Problem
+from bayesflow.engines.base import Problem
 from bayesflow.evaluate import metrics
 from bayesflow.evaluate.conventions import describe
 
@@ -64,11 +66,19 @@ def _scores(stats: dict[str, np.ndarray], suffix: str, bins: int, binning: str) 
 
 
 def evaluate_tokens(
-    problem: Problem, posterior: Posterior, x_test: Tensor, y_test: Tensor, n_samples: int,
-    generator: torch.Generator, ece_bins: int = 10, *, ece_binning: str = "equal_width",
+    problem: Problem, samples: Tensor, x_test: Tensor, y_test: Tensor, ece_bins: int = 10, *,
+    ece_binning: str = "equal_width", outputs_of: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, str]]:
     """Metrics, per-token arrays and conventions of a language model's predictive on
     windows ``x_test`` (n, L) with scored tokens ``y_test`` (n, S).
+
+    Args:
+        problem: the language model's problem (its forward gives (..., n, S, V) logits).
+        samples: (K, d) posterior samples (:func:`bayesflow.evaluate.draw_samples`).
+        x_test, y_test: the windows and their scored tokens.
+        ece_bins, ece_binning: the ECE's bins.
+        outputs_of: ``(samples, windows) -> (K, windows, S, V)`` logits (default: the
+            problem's forward vmapped over the samples).
 
     Returns:
         ``test_nll``, ``test_accuracy``, ``test_ece``, ``test_brier``, their ``_single``
@@ -76,16 +86,17 @@ def evaluate_tokens(
         ``uncertainty_total``/``_aleatoric``/``_epistemic`` (n × S,); the conventions.
     """
     from bayesflow.engines.memory import memory_budget, rows_within
-    from bayesflow.evaluate.predictive import DEFAULT_CHUNK, draw_samples, predictive_outputs
 
-    samples = draw_samples(posterior, n_samples, generator)
+    if outputs_of is None:
+        outputs_of = vmap(problem.forward, in_dims=(0, None))
     windows, scored = y_test.shape
     vocabulary = int(problem.forward.language_model.config.vocab_size)  # type: ignore[attr-defined]
     per_window = samples.shape[0] * scored * vocabulary * 8 * _COPIES
     rows = rows_within(memory_budget(problem.device), 0, per_window, windows, "the token predictive")
     pieces: dict[str, list[np.ndarray]] = {}
     for start in range(0, windows, rows):
-        outputs = predictive_outputs(problem, samples, x_test[start : start + rows], DEFAULT_CHUNK)
+        with torch.no_grad():
+            outputs = outputs_of(samples, x_test[start : start + rows].to(problem.device))
         probs = outputs.softmax(-1).flatten(1, 2)  # (K, windows × S, V)
         for name, value in token_statistics(probs, y_test[start : start + rows].reshape(-1)).items():
             pieces.setdefault(name, []).append(value)

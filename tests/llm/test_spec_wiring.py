@@ -3,6 +3,7 @@ the problem a workflow's stages build from it."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ def test_windows_and_the_held_out_end_of_every_document(tmp_path: Path) -> None:
     for name in sorted(DOCUMENTS):
         text = DOCUMENTS[name]
         cuts = [0, round(len(text) * (1 - 0.2 - 0.15)), round(len(text) * (1 - 0.2)), len(text)]
-        for part, (start, stop) in zip(expected, zip(cuts, cuts[1:])):
+        for part, (start, stop) in zip(expected, itertools.pairwise(cuts)):
             piece = text[start:stop]
             expected[part] += [piece[i : i + 32] for i in range(0, len(piece) - 31, 16)]
     assert decoded(dataset.x_train) == expected["train"]
@@ -100,7 +101,7 @@ def test_the_context_builds_the_subset_problem_with_n_in_scored_tokens(
     # the stages share one frozen model: a second problem reads the same tensors
     again, _, _ = context.problem(stage)
     assert again.forward.language_model is model
-    x, y = context.training_data(problem.device)
+    x, _y = context.training_data(problem.device)
     params = problem.init_params(torch.Generator().manual_seed(0))
     logits = problem.forward(params, x[:2])
     assert logits.shape == (2, scored, 256)
