@@ -103,6 +103,12 @@ def test_a_subset_naming_nothing_lists_what_exists(
     assert f"spec.yaml:{line_of(tmp_path, key)}:" in message and text in message
 
 
+def test_byte_tokens_need_a_vocabulary_of_256(tmp_path: Path) -> None:
+    message = problems(tmp_path, lm_spec(tmp_path, model=tiny_lm(vocab_size=128)))
+    assert f"spec.yaml:{line_of(tmp_path, 'model.vocab_size')}:" in message
+    assert "model.vocab_size: the byte tokenizer gives token ids 0-255, but the model's vocabulary has 128" in message
+
+
 def test_a_window_longer_than_a_config_models_context(tmp_path: Path) -> None:
     spec = lm_spec(tmp_path, model=tiny_lm(context=16))
     message = problems(tmp_path, spec)
@@ -141,8 +147,11 @@ def test_a_missing_csv_column_names_the_columns(tmp_path: Path) -> None:
     ({"evaluate": {"prior_predictive": True}}, "evaluate.prior_predictive", "a language model's frozen weights"),
     ({"evaluate": {"prediction": "linearized_mc"}}, "evaluate.prediction", "use `sampled`"),
     ({"data": {"name": "text", "files": ["a.txt"], "length": 8, "scored": 8}}, "data.scored", "use scored < length"),
+    ({"evaluate": {"reference": "map"}}, "evaluate.reference", "which is not compared yet"),
+    ({"data": {"name": "text", "files": ["a.txt"], "tokenizer": "model"}}, "data.tokenizer",
+     "the model is built from a config (no `model.path`); use `tokenizer: bytes`"),
 ], ids=["imdb_data", "mlp_on_text", "next_token_on_mlp", "categorical", "ekf", "kfac", "prior_predictive",
-        "linearized", "scored"])
+        "linearized", "scored", "reference", "tokenizer"])
 def test_pairs_that_cannot_run_are_refused_where_written(
     tmp_path: Path, sections: dict[str, Any], key: str, text: str
 ) -> None:
