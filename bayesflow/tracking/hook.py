@@ -325,7 +325,7 @@ class TrackingHook:
         if loaded.spec.model.name == "causal_lm":
             from bayesflow.llm.product import REFERENCE, base_model_text
 
-            text = base_model_text(loaded.spec.model, loaded.spec.data.scored)
+            text = base_model_text(loaded.spec.model, int(loaded.spec.data.model_dump()["scored"]))
             self.tracker.log_text(run_id, text, f"posterior/{REFERENCE}")
             return
         uri = getattr(self.tracker, "uri", None)
