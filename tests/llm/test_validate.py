@@ -103,6 +103,25 @@ def test_a_subset_naming_nothing_lists_what_exists(
     assert f"spec.yaml:{line_of(tmp_path, key)}:" in message and text in message
 
 
+def test_an_attention_that_cannot_batch_chains_is_refused(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, lm_spec(tmp_path, model=tiny_lm(attention="sdpa")))
+    with pytest.raises(SpecError, match="attention 'sdpa' cannot run chains") as caught:
+        bayesflow.load(path)
+    assert f"spec.yaml:{line_of(tmp_path, 'model.attention')}:" in str(caught.value)
+
+
+def test_a_model_path_given_on_the_command_line_is_taken_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec_folder, elsewhere = tmp_path / "spec", tmp_path / "work"
+    spec_folder.mkdir()
+    elsewhere.mkdir()
+    path = write_spec(spec_folder, lm_spec(spec_folder))
+    monkeypatch.chdir(elsewhere)
+    loaded = bayesflow.load(path, ["model.family=null", "+model.path=mine"])
+    assert loaded.spec.model.path == str(elsewhere / "mine")
+
+
 def test_byte_tokens_need_a_vocabulary_of_256(tmp_path: Path) -> None:
     message = problems(tmp_path, lm_spec(tmp_path, model=tiny_lm(vocab_size=128)))
     assert f"spec.yaml:{line_of(tmp_path, 'model.vocab_size')}:" in message
