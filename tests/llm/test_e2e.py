@@ -16,6 +16,7 @@ import torch
 
 import bayesflow
 from bayesflow.llm.product import load_lm_posterior
+from bayesflow.posterior import PosteriorError
 from tests.llm.spec_helpers import lm_spec, write_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -79,6 +80,8 @@ def test_the_posterior_is_the_trainable_part_and_loads_back(finished: Any, monke
     local = Path(store.download_artifacts(run.info.run_id, "posterior", str(folder / "download")))
     reference = json.loads((local / "base_model.json").read_text())
     assert reference["scored"] == 8 and reference["model"]["family"] == "llama"
+    with pytest.raises(PosteriorError, match="a language model's posterior .*load_lm_posterior"):
+        bayesflow.load_posterior(local)
     loaded = load_lm_posterior(local, folder)
     assert loaded.problem.param_names == tuple(posterior.param_names)
     torch.testing.assert_close(loaded.posterior.samples, posterior.posterior.samples)

@@ -81,6 +81,22 @@ def test_a_model_folder_is_checked_from_its_listing_and_config(tmp_path: Path, c
         assert "data.length: windows of 32 tokens exceed the model's context of 16 tokens" in message
 
 
+def test_a_package_folder_resolves_under_the_shipped_files(tmp_path: Path) -> None:
+    from bayesflow.llm.source import check_folder
+
+    with pytest.raises(SpecError, match=r"no folder '.*bayesflow/data/files/lm/absent'"):
+        check_folder("package:lm/absent", tmp_path)
+
+
+def test_gpt2_lora_targets_are_checked_on_its_structure(tmp_path: Path) -> None:
+    gpt2 = {"name": "causal_lm", "family": "gpt2", "hidden_size": 32, "layers": 2, "heads": 2, "context": 64,
+            "trainable": {"lora": {"target_modules": ["c_attn"], "layers": [-1]}}}
+    assert load_data(bayesflow.load(write_spec(tmp_path, lm_spec(tmp_path, model=gpt2)))).num_classes == 256
+    gpt2["trainable"] = {"lora": {"target_modules": ["q_proj"]}}
+    message = problems(tmp_path, lm_spec(tmp_path, model=gpt2))
+    assert "['q_proj'] name no linear module of the model; it has: c_attn, c_fc, c_proj, lm_head" in message
+
+
 def test_a_folder_model_that_fits_validates_without_reading_its_weights(tmp_path: Path) -> None:
     folder_model(tmp_path, context=64)
     model = {"name": "causal_lm", "path": "model", "trainable": {"parameters": ["model.layers.1.*"]}}
