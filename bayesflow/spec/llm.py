@@ -64,7 +64,9 @@ class CausalLMSpec(Strict):
     )
     path: str | None = Field(
         None, description="A local folder with the model's `config.json`, its weights "
-        "(`*.safetensors` or `*.bin`) and tokenizer; read with local_files_only."
+        "(`*.safetensors` or `*.bin`) and tokenizer, relative to the spec file, or "
+        "`package:NAME` for a folder shipped with bayesflow (`package:lm/checkpoint`); read "
+        "with local_files_only."
     )
     vocab_size: PositiveInt = Field(256, description="Token ids (config-built models).")
     hidden_size: PositiveInt = Field(32, description="Width of the residual stream.")

@@ -109,6 +109,10 @@ def _evaluate_problems(data: dict[str, Any]) -> list[Problem]:
         problems.append((("evaluate", "prior_predictive"),
                          ("the prior predictive check draws whole networks from the prior; a "
                          "language model's frozen weights are not drawn; set it to false")))
+    if evaluate.get("reference") is not None:
+        problems.append((("evaluate", "reference"),
+                         ("compares class probabilities per test point; a language model's predictive is "
+                          "one per scored token over the vocabulary, which is not compared yet; remove it")))
     prediction = evaluate.get("prediction")
     if isinstance(prediction, str) and prediction != "sampled":
         problems.append((("evaluate", "prediction"),

@@ -4,6 +4,7 @@ the problem a workflow's stages build from it."""
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,46 @@ def test_the_context_builds_the_subset_problem_with_n_in_scored_tokens(
     params = problem.init_params(torch.Generator().manual_seed(0))
     logits = problem.forward(params, x[:2])
     assert logits.shape == (2, scored, 256)
+
+
+def folder_spec(tmp_path: Path) -> dict[str, object]:
+    """A spec whose model is a folder (config, a weights file never read, a tokenizer file)
+    and whose data use the folder's tokenizer."""
+    import transformers
+
+    model = tmp_path / "model"
+    transformers.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=2, max_position_embeddings=64).save_pretrained(model)
+    (model / "model.safetensors").write_bytes(b"not read at validate")
+    (model / "tokenizer.json").write_text("{}")
+    spec = lm_spec(tmp_path, model={"name": "causal_lm", "path": "model",
+                                    "trainable": {"parameters": ["model.layers.1.*"]}})
+    spec["data"]["tokenizer"] = "model"
+    return spec
+
+
+def test_the_folder_tokenizer_is_the_one_call_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tokenizer: model`` encodes every document with the folder's encoder (bayesflow.llm.tokenizer)
+    and takes its vocabulary as the number of classes."""
+    import types
+
+    seen: list[Path] = []
+    fake = types.ModuleType("bayesflow.llm.tokenizer")
+    fake.folder_encoder = lambda path: seen.append(path) or (lambda text: np.arange(len(text)) % 300)  # type: ignore[attr-defined]
+    fake.folder_vocabulary = lambda path: 300  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bayesflow.llm.tokenizer", fake)
+    loaded = bayesflow.load(write_spec(tmp_path, folder_spec(tmp_path)))
+    dataset = load_data(loaded)
+    assert dataset.num_classes == 300 and seen == [tmp_path / "model"]
+    np.testing.assert_array_equal(dataset.x_train[0], np.arange(32))
+
+
+def test_without_the_tokenizer_module_the_folder_tokenizer_is_not_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bayesflow.errors import SpecError
+
+    monkeypatch.setitem(sys.modules, "bayesflow.llm.tokenizer", None)
+    loaded = bayesflow.load(write_spec(tmp_path, folder_spec(tmp_path)))
+    with pytest.raises(SpecError, match=r"spec.yaml:\d+:\d+: data.tokenizer: `model` .* not yet available"):
+        load_data(loaded)
