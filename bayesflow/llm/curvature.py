@@ -1,15 +1,25 @@
-"""A diagonal empirical Fisher over scored tokens, the curvature that scales to large
-vocabularies: Σ_t g_t ⊙ g_t with g_t = ∇θ log p(token_t | its context), one term per scored
-token (the data points of :mod:`bayesflow.llm.problem`), never a GGN pass per class.
+"""Diagonal curvatures over scored tokens, the ones that scale to large vocabularies: one
+gradient per scored token (the data points of :mod:`bayesflow.llm.problem`), never a GGN
+pass per class.
 
-The methods' own ``laplace_diag_fisher`` takes one gradient per *example* (a window here,
-whose log likelihood has one value per scored token), so a language model's Laplace uses
-this curvature through :func:`build_token_fisher_laplace` (not yet a registered method:
-docs/llm.md).
+- :func:`token_diagonal_fisher`, the empirical Fisher ``Σ_t g_t ⊙ g_t`` with
+  ``g_t = ∇θ log p(y_t | context_t)`` at the observed token ``y_t``;
+- :func:`sampled_token_ggn`, a Monte Carlo estimate of the diagonal GGN: the same sum with
+  each ``y_t`` replaced by a token ``ŷ_t`` drawn from the model's own predictive
+  ``p(· | context_t, θ)``. For a softmax over logits the GGN ``Jᵀ (diag p − p pᵀ) J``
+  equals the Fisher ``E_{ŷ∼p}[∇ log p_ŷ ∇ log p_ŷᵀ]``, so one draw per token is an
+  unbiased estimate of its diagonal (Martens, 2020, https://arxiv.org/abs/1412.1193,
+  Section 9; Kunstner et al., 2019, https://arxiv.org/abs/1905.12558) at the cost of the
+  empirical Fisher, where the exact diagonal GGN needs V backward passes per token.
+
+The registered ``laplace_diag_fisher`` and ``laplace_diag_ggn`` methods use them on a
+``next_token`` problem (:func:`token_curvature`); their per-*example* curvatures would take
+a window of S tokens as one datum.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,10 +29,24 @@ from torch.func import jacrev, vmap
 from bayesflow.engines.base import Batch, Engine, Problem
 from bayesflow.temperature import Tempering
 
-__all__ = ["FISHER_CHUNK_BYTES", "build_token_fisher_laplace", "token_diagonal_fisher"]
+__all__ = [
+    "FISHER_CHUNK_BYTES",
+    "GGN_SAMPLE_SEED",
+    "build_token_fisher_laplace",
+    "sampled_token_ggn",
+    "sampled_tokens",
+    "token_curvature",
+    "token_diagonal_fisher",
+]
 
 # The per-token gradients of one chunk of windows, (chunk, S, d) floats, stay below this.
 FISHER_CHUNK_BYTES = 256 * 2**20
+
+# The sampled GGN's generator is seeded with this at every engine build: each temperature
+# of a seed (and the shared curvature pass) draws the same tokens, so gets the same curvature.
+GGN_SAMPLE_SEED = 0
+
+Curvature = Callable[[Problem, Tensor, Batch], Tensor]
 
 
 def token_diagonal_fisher(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
@@ -45,6 +69,36 @@ def token_diagonal_fisher(problem: Problem, params: Tensor, batch: Batch) -> Ten
         rows = jacobians(params, inputs[start : start + chunk], targets[start : start + chunk])
         total += rows.detach().square().sum((0, 1))
     return total
+
+
+def sampled_tokens(problem: Problem, params: Tensor, inputs: Tensor, generator: torch.Generator) -> Tensor:
+    """One token per scored position (n, S), drawn from the model's predictive at ``params``."""
+    with torch.no_grad():
+        probabilities = problem.forward(params, inputs).softmax(-1)
+    flat = probabilities.reshape(-1, probabilities.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).view(probabilities.shape[:-1])
+
+
+def sampled_token_ggn(generator: torch.Generator) -> Curvature:
+    """The diagonal GGN estimated with one token per scored position drawn from the model
+    (``generator`` draws them): ``Σ_t ∇ log p(ŷ_t) ⊙ ∇ log p(ŷ_t)``, ``ŷ_t ∼ p(·|context_t, θ)``."""
+
+    def curvature(problem: Problem, params: Tensor, batch: Batch) -> Tensor:
+        inputs = batch[0]
+        return token_diagonal_fisher(problem, params, (inputs, sampled_tokens(problem, params, inputs, generator)))
+
+    return curvature
+
+
+def token_curvature(name: str, problem: Problem) -> Curvature:
+    """The token-level curvature of a diagonal Laplace method: the empirical Fisher for
+    ``laplace_diag_fisher``, the sampled GGN for ``laplace_diag_ggn`` (its generator seeded
+    with :data:`GGN_SAMPLE_SEED`, so every build draws the same tokens)."""
+    if name == "laplace_diag_fisher":
+        return token_diagonal_fisher
+    if name == "laplace_diag_ggn":
+        return sampled_token_ggn(torch.Generator(problem.device).manual_seed(GGN_SAMPLE_SEED))
+    raise ValueError(f"{name} has no token-level curvature (laplace_diag_fisher, laplace_diag_ggn do)")
 
 
 def build_token_fisher_laplace(problem: Problem, tempering: Tempering, config: Any) -> Engine:
