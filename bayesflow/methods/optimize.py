@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from bayesflow.methods.base import Method, MethodBase, OptimizerSpec, Traits
 
@@ -45,8 +45,16 @@ class OptimizeSpec(MethodBase):
         None,
         description="With data in episodes (`data.episodes`): `online` fits each episode in "
         "turn from the previous parameters (online SGD); `laplace_prior` also makes the "
-        "previous episode's diagonal GGN Laplace posterior the next episode's prior; "
+        "previous episode's diagonal GGN Laplace posterior (on a language model, the diagonal "
+        "empirical Fisher over scored tokens) the next episode's prior; "
         "`offline` refits on every episode seen so far. `epochs` are per episode.",
+    )
+    laplace_strength: PositiveFloat | None = Field(
+        None,
+        description="λ of `continual: laplace_prior` (only there): the next episode's prior "
+        "precision is the previous one plus λ times the episode's diagonal curvature (GGN; on "
+        "a language model the empirical Fisher over scored tokens). null means 1, sequential "
+        "Bayesian updating; the posteriors library's continual LoRA example uses 100.",
     )
 
 
