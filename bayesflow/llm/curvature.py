@@ -20,19 +20,16 @@ a window of S tokens as one datum.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor
 from torch.func import jacrev, vmap
 
-from bayesflow.engines.base import Batch, Engine, Problem
-from bayesflow.temperature import Tempering
+from bayesflow.engines.base import Batch, Problem
 
 __all__ = [
     "FISHER_CHUNK_BYTES",
     "GGN_SAMPLE_SEED",
-    "build_token_fisher_laplace",
     "sampled_token_ggn",
     "sampled_tokens",
     "token_curvature",
@@ -100,10 +97,3 @@ def token_curvature(name: str, problem: Problem) -> Curvature:
         return sampled_token_ggn(torch.Generator(problem.device).manual_seed(GGN_SAMPLE_SEED))
     raise ValueError(f"{name} has no token-level curvature (laplace_diag_fisher, laplace_diag_ggn do)")
 
-
-def build_token_fisher_laplace(problem: Problem, tempering: Tempering, config: Any) -> Engine:
-    """Diagonal Laplace ``N(θ*, diag(T / (Σ_t g_t² + c·prior_precision)))`` over scored
-    tokens; ``config`` is a ``laplace_diag_fisher`` spec (its ``batch_size`` bounds a pass)."""
-    from bayesflow.methods.laplace import build_laplace
-
-    return build_laplace("laplace_diag_fisher", problem, tempering, config, token_diagonal_fisher)
