@@ -1,6 +1,7 @@
 """The strength λ of the Laplace-as-prior update: λ = 1 is the update as it was, and on a
 linear-Gaussian model (where the diagonal Laplace is exact) it equals the batch posterior;
-λ scales the carried precision as the closed-form recursion says."""
+λ scales the carried precision as the closed-form recursion says. The single-episode
+baseline fits each episode alone."""
 
 from __future__ import annotations
 
@@ -71,13 +72,13 @@ def orthogonal_episodes() -> tuple[tuple[torch.Tensor, ...], list[torch.Tensor],
     return (x, y, x, y), xs, ys
 
 
-@lru_cache(maxsize=2)
-def run_linear(strength: float | None) -> tuple:
+@lru_cache(maxsize=3)
+def run_linear(strength: float | None, protocol: str = "laplace_prior") -> tuple:
     tensors, xs, ys = orthogonal_episodes()
     problem = build_problem(linear(3, 1, bias=False).double(), gaussian(NOISE_SD), diag_normal(PRIOR_VARIANCE),
                             EPISODES * PER_EPISODE)
     episodes = np.repeat(np.arange(EPISODES), PER_EPISODE)
-    config = map_config(laplace_strength=strength, epochs=1500, batch_size=None, optimizer={"name": "sgd", "lr": 0.1})
+    config = map_config(continual=protocol, laplace_strength=strength, epochs=1500, batch_size=None, optimizer={"name": "sgd", "lr": 0.1})
     posterior, _, _ = fit_continual(problem, config, Tempering(1.0, problem.num_data), tensors,
                                     (episodes, episodes), torch.Generator().manual_seed(0))
     return posterior, xs, ys
@@ -110,3 +111,13 @@ def test_strength_scales_the_carried_precision() -> None:
     torch.testing.assert_close(posterior.mean, mean, rtol=1e-8, atol=1e-10)
     unit, _, _ = run_linear(1.0)
     assert not torch.allclose(unit.mean, posterior.mean, rtol=1e-4)  # λ moved the later modes
+
+
+def test_single_fits_the_last_episode_alone() -> None:
+    """`continual: single`: the last episode's MAP under the original prior alone,
+    (I/σ₀² + XₖᵀXₖ/σ²)⁻¹ Xₖᵀyₖ/σ², whatever came before."""
+    posterior, xs, ys = run_linear(None, "single")
+    x, y = xs[-1], ys[-1]
+    precision = torch.eye(3, dtype=torch.float64) / PRIOR_VARIANCE + x.T @ x / NOISE_SD**2
+    torch.testing.assert_close(posterior.mean, torch.linalg.solve(precision, x.T @ y / NOISE_SD**2),
+                               rtol=1e-8, atol=1e-10)

@@ -50,7 +50,7 @@ def run(protocol: str, count: int, strength: float | None = None) -> tuple:
 def test_text_episodes_record_every_episode_test_nll() -> None:
     """Three documents, three episodes: the test NLL per scored token of every episode
     after each one, finite, and the average over the episodes seen."""
-    for protocol in ("online", "laplace_prior", "offline"):
+    for protocol in ("online", "laplace_prior", "offline", "single"):
         _, _, _, (posterior, traces, steps) = run(protocol, 3, 100.0 if protocol == "laplace_prior" else None)
         assert sorted(traces) == ["episode_nll/0", "episode_nll/1", "episode_nll/2", "seen_average_nll"]
         assert all(len(trace) == 3 and all(math.isfinite(v) for v in trace) for trace in traces.values())
