@@ -35,6 +35,7 @@ __all__ = [
     "sampled_tokens",
     "token_curvature",
     "token_diagonal_fisher",
+    "token_rows",
 ]
 
 # The per-token gradients of one chunk of windows, (chunk, S, d) floats, stay below this.
@@ -57,15 +58,19 @@ def token_diagonal_fisher(problem: Problem, params: Tensor, batch: Batch) -> Ten
     """``Σ_t g_t ⊙ g_t`` (d,) over every scored token of the batch's windows.
 
     The S per-token gradients of a window are the rows of the Jacobian of its S token log
-    probabilities (``jacrev``), vmapped over the windows of a chunk.
+    probabilities (``jacrev``, in blocks of :func:`token_rows` rows), vmapped over the
+    windows of a chunk.
     """
     inputs, targets = batch
+    if inputs.shape[0] == 0:
+        return torch.zeros_like(params)
 
     def token_log_probs(flat: Tensor, window: Tensor, scored: Tensor) -> Tensor:
         outputs = problem.forward(flat, window.unsqueeze(0))
         return problem.log_likelihood(outputs, scored.unsqueeze(0))[0]
 
-    jacobians = vmap(jacrev(token_log_probs), in_dims=(None, 0, 0))
+    rows_per_pass = token_rows(problem, params, inputs[:1])
+    jacobians = vmap(jacrev(token_log_probs, chunk_size=rows_per_pass), in_dims=(None, 0, 0))
     per_window = targets[0].numel() * params.numel() * params.element_size()
     chunk = max(1, FISHER_CHUNK_BYTES // max(per_window, 1))
     if params.device.type == "cpu":
@@ -75,6 +80,25 @@ def token_diagonal_fisher(problem: Problem, params: Tensor, batch: Batch) -> Ten
         rows = jacobians(params, inputs[start : start + chunk], targets[start : start + chunk])
         total += rows.detach().square().sum((0, 1))
     return total
+
+
+def token_rows(problem: Problem, params: Tensor, window: Tensor) -> int:
+    """Scored tokens whose gradients one backward pass takes at once, within a quarter of
+    the memory budget (:func:`bayesflow.engines.memory.memory_budget`).
+
+    A row holds the cotangent of the scored logits (S × V), its gradient (d) and, through
+    the trainable layers, about 16 activations of L × hidden (an estimate): at Llama 2 7B's
+    shape (V = 32,000, hidden 4,096) with 4,096-token windows scoring 2,048, a row is about
+    1.3 GB, so an 80 GB GPU takes 7 tokens a pass; the CPU workflows take every token at once.
+    """
+    from bayesflow.engines.memory import memory_budget
+
+    with torch.no_grad():
+        scored, vocabulary = problem.forward(params, window).shape[-2:]
+    config = getattr(getattr(problem.forward, "language_model", None), "config", None)
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    row = 4 * (scored * vocabulary + params.numel() + 16 * window.shape[-1] * hidden)
+    return int(min(scored, max(1, memory_budget(params.device) // 4 // row)))
 
 
 def sampled_tokens(problem: Problem, params: Tensor, inputs: Tensor, generator: torch.Generator) -> Tensor:

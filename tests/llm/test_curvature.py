@@ -57,6 +57,16 @@ def loop_fisher(problem, params, batch) -> torch.Tensor:
     return total
 
 
+def test_token_fisher_in_blocks_of_tokens_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory budget that takes one scored token per backward pass: the same Fisher."""
+    problem, params, batch = setup()
+    whole = token_diagonal_fisher(problem, params, batch)
+    monkeypatch.setenv("BAYESFLOW_MEMORY_LIMIT", "1")
+    assert curvature_module.token_rows(problem, params, batch[0][:1]) == 1
+    torch.testing.assert_close(token_diagonal_fisher(problem, params, batch), whole,
+                               **reordered(torch.float32, 256 * LENGTH, scale=float(whole.max())))
+
+
 @pytest.mark.parametrize("trainable", [None, {"parameters": ["model.layers.1.mlp.*"]}])
 def test_token_fisher_matches_a_per_token_loop(trainable: dict | None) -> None:
     problem, params, batch = setup(trainable)
