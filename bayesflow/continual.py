@@ -69,13 +69,14 @@ def _data_points(problem: Problem, targets: Tensor) -> int:
     return targets.numel() if problem.likelihood == "next_token" else targets.shape[0]
 
 
-def _episode_nll(problem: Problem, params: Tensor, inputs: Tensor, targets: Tensor) -> float:
-    """The mean NLL per datum (per scored token on a language model), in batches of 256."""
-    total = 0.0
+def _episode_nll(problem: Problem, params: Tensor, inputs: Tensor, targets: Tensor, batch: int | None) -> float:
+    """The mean NLL per datum (per scored token on a language model), in batches of the
+    method's ``batch_size`` (what a training step holds; all at once when null)."""
+    total, step = 0.0, batch or max(inputs.shape[0], 1)
     with torch.no_grad():
-        for start in range(0, inputs.shape[0], 256):
-            outputs = problem.forward(params, inputs[start : start + 256])
-            total += float(problem.log_likelihood(outputs, targets[start : start + 256]).double().sum())
+        for start in range(0, inputs.shape[0], step):
+            outputs = problem.forward(params, inputs[start : start + step])
+            total += float(problem.log_likelihood(outputs, targets[start : start + step]).double().sum())
     return -total / max(targets.numel(), 1)
 
 
@@ -122,7 +123,7 @@ def fit_continual(
             precision = precision + (curvature if strength is None else strength * curvature)
             mean = params
         losses = [
-            _episode_nll(problem, params, x_test[episode_test == j], y_test[episode_test == j])
+            _episode_nll(problem, params, x_test[episode_test == j], y_test[episode_test == j], config.batch_size)
             for j in range(count)
         ]
         for j, value in enumerate(losses):
