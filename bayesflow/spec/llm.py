@@ -64,7 +64,8 @@ class CausalLMSpec(Strict):
     )
     path: str | None = Field(
         None, description="A local folder with the model's `config.json`, its weights "
-        "(`*.safetensors` or `*.bin`) and tokenizer; read with local_files_only."
+        "(`*.safetensors` or `*.bin`) and tokenizer; read with local_files_only. "
+        "`package:NAME` is a folder shipped with bayesflow (`package:lm/checkpoint`)."
     )
     vocab_size: PositiveInt = Field(256, description="Token ids (config-built models).")
     hidden_size: PositiveInt = Field(32, description="Width of the residual stream.")
