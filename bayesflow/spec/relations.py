@@ -45,6 +45,10 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
             problems.append((("methods", name, "continual"),
                 "needs data that arrive in episodes; set `data.episodes` (e.g. 5 for "
                 "sklearn_digits)"))
+        if method.get("laplace_strength") is not None and method.get("continual") != "laplace_prior":
+            problems.append((("methods", name, "laplace_strength"),
+                ("weights the Laplace posterior carried between episodes and applies only with "
+                 "`continual: laplace_prior`; set that or remove laplace_strength")))
         source, engine = method.get("from"), method.get("engine")
         traits = _traits(engine)
         if has_zero and traits is not None and traits.positive_temperature:
