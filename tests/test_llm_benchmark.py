@@ -93,3 +93,16 @@ def test_llm8b_is_refused_on_a_cpu() -> None:
     """``--cases llm8b`` without ``--device cuda`` stops with a message, before any work."""
     with pytest.raises(SystemExit, match="llm8b.*one GPU only; add --device cuda"):
         main(["--smoke", "--cases", "llm8b"])
+
+
+def test_a_language_model_problem_holds_no_prior_vectors_over_d() -> None:
+    """The LM problem's N(0, v) prior is bound compact: its precision is a view of one
+    number, so the state, its moments and the gradient are the only d-vectors a MAP fit
+    adds to the model (what the ``llm`` case's memory ratio measures)."""
+    from bayesflow.llm.problem import build_lm_problem
+    from bayesflow.priors import diag_normal
+
+    model, names = child.build_model(child.SIZES["smoke"], "last_layer", "cpu")
+    problem = build_lm_problem(model, names, diag_normal(0.5), 8, 4)
+    assert problem.prior_precision.shape == (problem.dimension,)
+    assert problem.prior_precision.stride() == (0,) and float(problem.prior_precision[0]) == 2.0
