@@ -90,7 +90,9 @@ def build_lm_problem(
     shapes = tuple(tuple(value.shape) for value in tensors.values())
     dtypes = tuple(value.dtype for value in tensors.values())
     sizes = [math.prod(shape) for shape in shapes]
-    bound_prior = prior.bind(names, shapes, torch.float32, device)
+    # One variance for every entry (the usual N(0, v)): the prior's (d,) vectors are
+    # views of one number, not 2·d floats beside the state (docs/llm.md, "Measured").
+    bound_prior = prior.bind(names, shapes, torch.float32, device, compact=True)
     def logits(params: Tensor, inputs: Tensor, keep: int) -> Tensor:
         """The float32 logits of the last ``keep`` positions (transformers'
         ``logits_to_keep``: the other positions' logits are never formed)."""
