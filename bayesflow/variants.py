@@ -29,12 +29,18 @@ def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None)
     a SpecError, exit 3), and a ``python:`` model built once on it (a SpecError, exit 3);
     ``loaded_data`` reuses data already loaded for an equal ``data``
     block from the same folder (the variants of a sweep)."""
-    block = json.dumps([loaded.spec.data.model_dump(mode="json"), str(loaded.base_dir)], sort_keys=True)
+    spec = loaded.spec
+    model = spec.model.model_dump(mode="json") if spec.data.name == "text" else None  # its tokenizer
+    block = json.dumps([spec.data.model_dump(mode="json"), str(loaded.base_dir), model], sort_keys=True)
     cached = loaded_data if loaded_data is not None else {}
     try:
+        if spec.model.name == "causal_lm":  # the extra, the folder, the context, the subset
+            from bayesflow.llm.checks import check_language_model
+
+            check_language_model(spec, loaded.base_dir)
         if block not in cached:
-            cached[block] = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
-        check_data(cached[block], loaded.spec.likelihood.name)
+            cached[block] = load_dataset(spec.data.model_dump(), loaded.base_dir, model)
+        check_data(cached[block], spec.likelihood.name)
         if loaded.spec.model.name == "python":
             # The user's module imported and its factory called now, under the user-code
             # guard, so that validate and run refuse code that fails, exits or hangs (exit 3)
@@ -45,8 +51,10 @@ def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None)
                           loaded.spec.seeds[0])
         dataset = with_reference(cached[block], loaded.spec, loaded.base_dir)
         dataset = with_statements(dataset, loaded.spec, loaded.base_dir)
-    except DataError:
-        raise
+    except DataError as error:  # a text corpus's problems name spec keys (data.files.2)
+        if loaded.path is None or spec.data.name != "text":
+            raise
+        raise located(error, loaded.locations, str(loaded.path)) from error
     except SpecError as error:  # point `data.module: ...`, `model.python: ...` at the spec's line
         if loaded.path is None:
             raise

@@ -1,13 +1,14 @@
 """The settings of a causal language model (torch-free): where it comes from and which of
 its tensors are inferred.
 
-Not yet a member of the spec's ``model`` union: :mod:`bayesflow.llm` builds models and
-problems from these classes in Python (docs/llm.md says what is wired and what is not).
+``causal_lm`` is a member of the spec's ``model`` union (:mod:`bayesflow.spec.blocks`); it
+reads ``text`` data (:mod:`bayesflow.spec.text`) under the ``next_token`` likelihood, and
+:mod:`bayesflow.llm` builds models and problems from these classes.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
@@ -56,6 +57,7 @@ class CausalLMSpec(Strict):
     models, nothing downloaded) or loaded from a local folder (`path`, never fetched)."""
 
     name: Literal["causal_lm"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"text_tokens"})
     family: Literal["llama", "gpt2"] | None = Field(
         None, description="Architecture of a model built from a config (random weights); "
         "null with `path`."
