@@ -112,6 +112,7 @@ def build_lm_problem(
 
     forward.language_model = model  # type: ignore[attr-defined]  # what a reader may inspect
     forward.without_last = without_last  # type: ignore[attr-defined]  # bayesflow.llm.kfac
+    forward.logits = logits  # type: ignore[attr-defined]  # any last positions: bayesflow.llm.statements
 
     def init_params(generator: torch.Generator) -> Tensor:
         """LoRA ``A`` drawn as peft draws it (Kaiming uniform, a = √5) under ``generator``,

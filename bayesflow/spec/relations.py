@@ -12,6 +12,7 @@ from typing import Any
 
 from bayesflow.methods.registry import METHODS
 from bayesflow.spec.llm_checks import language_model_problems
+from bayesflow.spec.statements import statements_problems
 
 __all__ = ["cross_check"]
 
@@ -29,7 +30,7 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
     per-field problem, not only once the rest of the spec is valid.
     """
     problems = _vocabulary_problems(data) + _input_problems(data) + _held_out_problems(data)
-    problems += _split_problems(data) + language_model_problems(data)
+    problems += _split_problems(data) + language_model_problems(data) + statements_problems(data)
     methods = data.get("methods") if isinstance(data, dict) else None
     if not isinstance(methods, dict):
         return problems
