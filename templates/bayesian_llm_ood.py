@@ -1,0 +1,145 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # A Bayesian language model for out-of-distribution detection
+#
+# The "Bayesian Llama 3" experiment of Section 5.3 of "Scalable Bayesian learning with
+# posteriors" (Duffield et al., ICLR 2025), in the layout of its Tables 1 and 2 and
+# Figures 7 and 10: a language model's last decoder layer is fine-tuned by several
+# methods, each completes the last word of statements in distribution and out of it, and
+# the question is whether the epistemic uncertainty of a posterior tells the two apart.
+# Every fit is an MLflow child run, named after its cell, of the run this report is
+# logged to.
+
+# %% tags=["parameters"]
+bundle = ""  # folder of the run's results (bayesflow.report.bundle), written for this report
+workflow = ""  # name of the workflow
+spec_yaml = ""  # the resolved workflow spec, as YAML text
+plots = []  # unused: this report draws its own figures
+tracking_uri = ""  # where the runs are logged (shown, not read)
+run_info = {}  # version, commit, date rendered, machine and device (the report stage's)
+
+# %%
+# %matplotlib inline
+import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
+
+from bayesflow.report import bundle as bundles
+from bayesflow.report import experiments, figures, sections
+from bayesflow.report import statements as statement_report
+
+figures.apply_theme()
+data = bundles.open(bundle)
+frame = data.results()
+spec = sections.read_spec(spec_yaml)
+order = list(spec.get("methods") or [])
+settings = (spec.get("evaluate") or {}).get("statements") or {}
+display(Markdown(sections.header(workflow, spec_yaml, run_info)))
+
+# %% [markdown]
+# ## The statements and the scores
+#
+# A statement's scored word is its last word (a final `.`, `!` or `?` dropped); the model
+# reads everything before it. For posterior members $\theta_1 \dots \theta_K$ and a word of
+# tokens $w_1 \dots w_J$ after a context $c$, teacher-forced along the word:
+#
+# - the **loss** is the word's NLL under the predictive,
+#   $-\log \frac1K \sum_k p(w \mid c, \theta_k)$ (Table 2);
+# - at each position $j$ the next-token distributions $p(\cdot \mid c, w_{<j}, \theta_k)$
+#   give $\mathrm{TU}_j = H[\frac1K \sum_k p_k]$, $\mathrm{AU}_j = \frac1K \sum_k H[p_k]$ and
+#   $\mathrm{EU}_j = \mathrm{TU}_j - \mathrm{AU}_j$; a statement's TU, AU and EU are their
+#   sums over the word's positions (nats);
+# - the **AUROC** of TU or EU is the probability that an out-of-distribution statement
+#   scores above an in-distribution one (0.5 is chance; Table 1).
+#
+# The base model and SGD have one parameter vector each: their EU is 0 for every
+# statement, so only their TU can flag a statement.
+
+# %%
+ood = settings.get("ood", "cipher")
+source = (f"their letter-substitution cipher (seed {settings.get('cipher_seed', 0)}): a "
+          "stand-in for the paper's Samoan translations, a text no English corpus holds"
+          if ood == "cipher" else f"the statements of `{ood}`")
+display(Markdown(f"In distribution: the statements of `{settings.get('in_distribution', '?')}`. "
+                 f"Out of distribution: {source}."))
+
+# %% [markdown]
+# ## What ran
+
+# %%
+display(Markdown(sections.what_ran(frame)))
+
+# %% [markdown]
+# ## Table 1: AUROC of TU and EU, in- against out-of-distribution statements
+#
+# Mean over seeds (± standard deviation with several seeds).
+
+# %%
+table_1 = statement_report.statement_table(
+    frame, {"statements_auroc_tu": "AUROC (TU)", "statements_auroc_eu": "AUROC (EU)"}, order)
+display(sections.styled(table_1) if not table_1.empty else Markdown("_No fit logged statements metrics._"))
+
+# %% [markdown]
+# ## Table 2: loss on in- and out-of-distribution statements
+#
+# The mean over statements of the last word's NLL under each method's predictive (nats),
+# beside the per-token NLL of the held-out windows of the fine-tuning text.
+
+# %%
+table_2 = statement_report.statement_table(frame, {
+    "statements_nll_in": "NLL, in-distribution", "statements_nll_ood": "NLL, out-of-distribution",
+    "test_nll": "test NLL per token (held-out text)"}, order)
+display(sections.styled(table_2) if not table_2.empty else Markdown("_No fit logged statements metrics._"))
+
+# %% [markdown]
+# ## Figures 7 and 10: TU and EU of every statement
+#
+# Densities of TU (top row) and EU (bottom row) over the in-distribution statements and
+# their out-of-distribution counterparts, one column per method, seeds pooled. Separated
+# histograms mean a good score for "out of distribution".
+
+# %%
+long = statement_report.statements_frame(frame, data.evaluations())
+if long.empty:
+    display(Markdown("_No fit saved per-statement arrays._"))
+else:
+    experiments.uncertainty_distributions(long, order=order)
+    plt.show()
+
+# %% [markdown]
+# ## The loss of every statement
+#
+# The last word's NLL of each statement on either set, one box per method.
+
+# %%
+if not long.empty:
+    statement_report.statement_nll(long, order=order)
+    plt.show()
+
+# %% [markdown]
+# ## Results
+#
+# Every summary metric, mean ± standard deviation over the seeds that finished.
+
+# %%
+results = sections.metric_table(frame, list(figures.TABLE_METRICS), order)
+display(sections.styled(results))
+display(Markdown(sections.flag_list(frame)))
+
+# %% [markdown]
+# ## Workflow spec
+
+# %%
+display(Markdown(sections.spec_block(spec_yaml)))
+
+# %% [markdown]
+# ## Where the runs are
+
+# %%
+display(Markdown(sections.run_links(data.parent_run_ids, tracking_uri, frame)))
