@@ -37,7 +37,7 @@ from torch import Tensor
 from bayesflow.errors import SpecError
 from bayesflow.registry import Registry
 
-__all__ = ["PRIORS", "BoundPrior", "Prior", "build_prior", "fan_in"]
+__all__ = ["PRIORS", "BoundPrior", "Prior", "build_prior", "fan_in", "scaled"]
 
 Family = Literal["normal", "laplace", "flat"]
 Shape = tuple[int, ...]
@@ -53,6 +53,10 @@ class BoundPrior:
         family: ``"normal"``, ``"laplace"`` or ``"flat"``.
         values: (d,) per-entry variance (normal) or scale b (laplace); empty when flat.
         precision: (d,) the diagonal precision a Laplace approximation adds.
+
+    Bound with ``compact=True`` and one value for every tensor, ``values`` and
+    ``precision`` are (d,) broadcast views of one number (stride 0: no d floats; read
+    them, never write to them); :func:`scaled` keeps such a view one.
         constant: the log normalising constant summed over the entries.
     """
 
@@ -91,13 +95,24 @@ class Prior:
         shapes: Sequence[Shape],
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        compact: bool = False,
     ) -> BoundPrior:
-        """Expand the per-tensor values over the flat vector the tensors make."""
+        """Expand the per-tensor values over the flat vector the tensors make; with
+        ``compact`` and one value for all, as broadcast views of that one value (a
+        language model's subset of millions of entries: see :class:`BoundPrior`)."""
         dimension = sum(math.prod(shape) for shape in shapes)
         if self.family == "flat" or self.rule is None:
             zeros = torch.zeros(dimension, dtype=dtype, device=device)
             return BoundPrior("flat", zeros[:0], zeros, 0.0)
         per_tensor = self.rule(names, shapes)
+        if compact and dimension > 0 and len(set(per_tensor)) == 1:
+            bound = self.bind(["one"], [(1,)], dtype, device)
+            return BoundPrior(
+                self.family,
+                bound.values.expand(dimension),
+                bound.precision.expand(dimension),
+                bound.constant * dimension,
+            )
         sizes = [math.prod(shape) for shape in shapes]
         values = torch.repeat_interleave(
             torch.tensor(per_tensor, dtype=torch.float64), torch.tensor(sizes, dtype=torch.long)
@@ -124,6 +139,14 @@ class Prior:
     ) -> Tensor:
         """The diagonal precision (d,) over the flat vector; zeros for the flat prior."""
         return self.bind(names, shapes, dtype).precision
+
+
+def scaled(vector: Tensor, factor: float) -> Tensor:
+    """``factor · vector``; a broadcast view of one number (a compact
+    :class:`BoundPrior`'s) stays one, with the same value in every entry."""
+    if vector.dim() == 1 and vector.numel() > 1 and vector.stride(0) == 0:
+        return (vector[:1] * factor).expand(vector.shape)
+    return vector * factor
 
 
 def fan_in(shape: Shape) -> int:

@@ -13,6 +13,7 @@ from bayesflow.dag.plan import Plan
 from bayesflow.dag.sweep import PlannedVariant, VariantRunner, plan_sweep
 from bayesflow.data import Dataset, check_data, load_dataset
 from bayesflow.data.reference import reference_digest, with_reference
+from bayesflow.data.statements import with_statements
 from bayesflow.errors import DataError, SpecError
 from bayesflow.spec.checks import located
 from bayesflow.spec.load import LoadedSpec
@@ -24,8 +25,8 @@ __all__ = ["load_data", "plan_variants", "variant_runner"]
 def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None) -> Dataset:
     """The data of ``loaded``, checked against its likelihood before any fit (a
     DataError, exit 3), with its reference probabilities (``evaluate.reference.file``,
-    checked against the data: a SpecError, exit 3), and a ``python:`` model built once
-    on it (a SpecError, exit 3);
+    checked against the data: a SpecError, exit 3) and statements (``evaluate.statements``,
+    a SpecError, exit 3), and a ``python:`` model built once on it (a SpecError, exit 3);
     ``loaded_data`` reuses data already loaded for an equal ``data``
     block from the same folder (the variants of a sweep)."""
     spec = loaded.spec
@@ -49,6 +50,7 @@ def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None)
             build_network(loaded.spec, cached[block].num_features, cached[block].num_classes,
                           loaded.spec.seeds[0])
         dataset = with_reference(cached[block], loaded.spec, loaded.base_dir)
+        dataset = with_statements(dataset, loaded.spec, loaded.base_dir)
     except DataError as error:  # a text corpus's problems name spec keys (data.files.2)
         if loaded.path is None or spec.data.name != "text":
             raise

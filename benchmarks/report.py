@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kfac.table import kfac_section
+from benchmarks.llm.table import llm8b_section, llm_section
 from benchmarks.tables import (
     digits_section,
     grids_section,
@@ -241,6 +242,8 @@ def markdown(results: dict[str, Any]) -> str:
         ("grids", grids_section),
         ("workflow", workflow_section),
         ("kfac", kfac_section),
+        ("llm", llm_section),
+        ("llm8b", llm8b_section),
     ]
     for key, render in sections:
         if key in results:

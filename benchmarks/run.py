@@ -12,6 +12,8 @@ A case that fails (a workflow whose API is being changed, say) is recorded under
     python -m benchmarks.run --quick            # fewer steps and a reduced workflow
     python -m benchmarks.run --smoke --out /tmp/bench --doc /tmp/bench/benchmarks.md
     python -m benchmarks.run --cases pima digits
+    python -m benchmarks.run --cases llm          # a language model's subsets (issue 23)
+    python -m benchmarks.run --cases llm8b --device cuda   # Llama 3 8B's shape, a GPU only
 """
 
 from __future__ import annotations
@@ -65,13 +67,28 @@ def _kfac(settings: Settings) -> dict[str, Any]:
     return case.run(settings)
 
 
+def _llm(settings: Settings) -> dict[str, Any]:
+    from benchmarks.llm import case
+
+    return case.run(settings)
+
+
+def _llm8b(settings: Settings) -> dict[str, Any]:
+    from benchmarks.llm import case
+
+    return case.run_8b(settings)
+
+
 CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {
     "pima": _pima,
     "digits": _digits,
     "grids": _grids,
     "workflow": _workflow,
     "kfac": _kfac,
+    "llm": _llm,
 }
+# Cases a run makes only when named (--cases), on a GPU only.
+GPU_CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {"llm8b": _llm8b}
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -110,7 +127,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="Markdown file to put the tables in (default docs/benchmarks.md; "
         "none with --smoke unless given)",
     )
-    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        choices=[*CASES, *GPU_CASES],
+        default=list(CASES),
+        help="cases to run (default: all but the GPU-only llm8b)",
+    )
     return parser.parse_args(argv)
 
 
@@ -119,6 +142,12 @@ def run(settings: Settings, cases: Sequence[str], command: str) -> dict[str, Any
 
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device")
+    gpu_only = [name for name in cases if name in GPU_CASES]
+    if gpu_only and settings.device != "cuda":
+        raise SystemExit(
+            f"--cases {' '.join(gpu_only)}: Llama 3 8B's shape (16 GB of bfloat16 weights, "
+            "10 chains of its last layer) runs on one GPU only; add --device cuda"
+        )
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(settings.threads)
     try:
@@ -149,7 +178,7 @@ def _run(settings: Settings, cases: Sequence[str], command: str) -> dict[str, An
         case_began = time.perf_counter()
         print(f"[benchmarks] {name} ...", file=sys.stderr, flush=True)
         try:
-            results[name] = CASES[name](settings)
+            results[name] = {**CASES, **GPU_CASES}[name](settings)
         except Exception as exc:  # one case failing leaves the others' results
             if settings.smoke:
                 raise

@@ -247,12 +247,12 @@ def normal_prior(problem: Problem) -> BoundPrior | None:
 
 def chain_log_prior(problem: Problem) -> Callable[[Tensor], Tensor]:
     """``log_prior(params (K, d)) -> (K,)``."""
-    from bayesflow.priors import BoundPrior
+    from bayesflow.priors import BoundPrior, scaled
 
     prior = getattr(problem.log_prior, "__self__", None)
     if isinstance(prior, BoundPrior) and prior.family == "normal":
         # −½ Σ θ² / v + c as one matrix-vector product: three kernels instead of four.
-        half_precision = -0.5 * prior.precision
+        half_precision = scaled(prior.precision, -0.5)
         constant = prior.constant
         return lambda params: torch.mv(params.square(), half_precision.to(params)) + constant
     if isinstance(prior, BoundPrior):

@@ -128,11 +128,12 @@ def normal_prior_chain_gradient(
     (:mod:`bayesflow.engines.glm`), for any batch it accepts."""
     from bayesflow.engines.flat import chain_forward, chain_log_likelihood
     from bayesflow.engines.glm import glm_gradient
+    from bayesflow.priors import scaled
 
     forward = chain_forward(problem)
     log_likelihood = chain_log_likelihood(problem)
     closed_form = glm_gradient(problem)
-    half = -0.5 * prior.precision
+    half = scaled(prior.precision, -0.5)  # a compact prior's stays a view of one number
     constant = prior.constant
     # c/N: one float, or one per chain (K,); ∂(c log p(θ)/N)/∂θ = −c·precision·θ/N.
     chain_scale: Tensor | None = None
@@ -142,7 +143,7 @@ def normal_prior_chain_gradient(
         slope = (2 * half) * chain_scale.unsqueeze(-1)
     else:
         scale = prior_weight / problem.num_data
-        slope = (2 * half) * scale
+        slope = scaled(scaled(half, 2), scale)
     ones: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
     def reverse_pass(

@@ -90,7 +90,9 @@ def build_lm_problem(
     shapes = tuple(tuple(value.shape) for value in tensors.values())
     dtypes = tuple(value.dtype for value in tensors.values())
     sizes = [math.prod(shape) for shape in shapes]
-    bound_prior = prior.bind(names, shapes, torch.float32, device)
+    # One variance for every entry (the usual N(0, v)): the prior's (d,) vectors are
+    # views of one number, not 2·d floats beside the state (docs/llm.md, "Measured").
+    bound_prior = prior.bind(names, shapes, torch.float32, device, compact=True)
     def logits(params: Tensor, inputs: Tensor, keep: int) -> Tensor:
         """The float32 logits of the last ``keep`` positions (transformers'
         ``logits_to_keep``: the other positions' logits are never formed)."""
@@ -110,6 +112,7 @@ def build_lm_problem(
 
     forward.language_model = model  # type: ignore[attr-defined]  # what a reader may inspect
     forward.without_last = without_last  # type: ignore[attr-defined]  # bayesflow.llm.kfac
+    forward.logits = logits  # type: ignore[attr-defined]  # any last positions: bayesflow.llm.statements
 
     def init_params(generator: torch.Generator) -> Tensor:
         """LoRA ``A`` drawn as peft draws it (Kaiming uniform, a = √5) under ``generator``,

@@ -26,17 +26,17 @@ TOKENIZER = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_confi
 
 
 def check_folder(path: str, base_dir: Path | None = None, where: str = "model.path") -> Path:
-    """The model folder ``path`` (relative to ``base_dir``; ``package:NAME`` under
-    ``bayesflow/data/files``), checked to hold a config,
+    """The model folder ``path`` (relative to ``base_dir``, or ``package:NAME`` for a folder
+    shipped with bayesflow, e.g. ``package:lm/checkpoint``), checked to hold a config,
     weights and a tokenizer, so that loading it needs no network.
 
     Raises:
         SpecError: the folder does not exist, or lacks one of the three.
     """
-    if path.startswith("package:"):  # a folder shipped with bayesflow (bayesflow/data/files)
-        from importlib import resources
+    if path.startswith("package:"):
+        from bayesflow.data.dataset import resolve_path
 
-        folder = Path(str(resources.files("bayesflow.data") / "files" / path.split(":", 1)[1]))
+        folder = resolve_path(path)
     else:
         folder = Path(path).expanduser()
     if not folder.is_absolute() and base_dir is not None:

@@ -74,15 +74,13 @@ def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> E
         config: the method's spec (members, optimiser, epochs, batch size, minibatches,
             compile).
     """
-    import torchopt
-
     from bayesflow.engines.base import Engine, Posterior
     from bayesflow.engines.gradient import chain_gradient
-    from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
+    from bayesflow.engines.optimize import build_step, steps_per_epoch
     from bayesflow.engines.sgmcmc import chain_starts
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
-    optimizer = build_optimizer(config.optimizer, total_steps)
+    optimizer = build_step(config.optimizer, total_steps)
     gradient = chain_gradient(problem, tempering.prior_weight, compile=config.compile)
     independent = config.minibatches == "independent" and config.batch_size is not None
     streams = config.members if independent else 1
@@ -95,11 +93,9 @@ def build(problem: Problem, tempering: Tempering, config: DeepEnsembleSpec) -> E
         state: DeepEnsembleState, batch: Batch
     ) -> tuple[DeepEnsembleState, dict[str, Tensor]]:
         ascent, log_posteriors = gradient(state.params, batch)
-        # The members minimise the loss −f, so its gradient is −∇f.
-        updates, optimizer_state = optimizer.update(
-            -ascent, state.optimizer, params=state.params, inplace=False
-        )
-        params = torchopt.apply_updates(state.params, updates, inplace=False)
+        # The members minimise the loss −f, so its gradient is −∇f (a new tensor, which
+        # the in-place step may overwrite); the (K, d) members change in place.
+        params, optimizer_state = optimizer.step(state.params, ascent.neg_(), state.optimizer)
         new_state = DeepEnsembleState(params, optimizer_state, state.step + 1)
         return new_state, {"loss": -log_posteriors.mean()}
 
@@ -114,7 +110,8 @@ class DeepEnsembleState(NamedTuple):
 
     Attributes:
         params: θ of every member (K, d).
-        optimizer: torchopt's optimiser state over the stacked members.
+        optimizer: the optimiser's moments over the stacked members and its step count
+            (:class:`~bayesflow.engines.optimize.OptimizerState`).
         step: update steps taken.
     """
 

@@ -24,8 +24,8 @@ estimated as ``−mean log q(θ)`` at those draws with **both** μ and S detache
 ``log q`` (Roeder et al., 2017, https://arxiv.org/abs/1703.09194): the gradient then
 flows only through the draws, and its variance vanishes when q equals the target (the
 posteriors library's dense VI detaches only the factor, which keeps part of the score
-term). Otherwise the closed form above is used. ``(μ, S)`` are optimised by torchopt as
-the spec's ``optimizer`` says (its weight decay, if any, applies to both; Adam at a
+term). Otherwise the closed form above is used. ``(μ, S)`` are optimised with torchopt's
+arithmetic, in place (:mod:`bayesflow.engines.optimize`), as the spec's ``optimizer`` says (its weight decay, if any, applies to both; Adam at a
 constant rate with none runs as :mod:`bayesflow.engines.adam`'s same step on one tensor;
 ``vi_diag`` takes the chain rule from the draws to (μ, ρ) in closed form,
 :func:`diagonal_gradient`); S starts at
@@ -132,15 +132,14 @@ def build_variational(
         family: the covariance family (:data:`DIAGONAL` or :data:`DENSE`).
     """
     import torch
-    import torchopt
 
     from bayesflow.engines.adam import constant_adam
     from bayesflow.engines.base import Engine
     from bayesflow.engines.gradient import chain_gradient, chain_values, value_and_grad
-    from bayesflow.engines.optimize import build_optimizer, steps_per_epoch
+    from bayesflow.engines.optimize import build_step, steps_per_epoch
 
     total_steps = config.epochs * steps_per_epoch(problem.num_data, config.batch_size)
-    optimizer = build_optimizer(config.optimizer, total_steps)
+    optimizer = build_step(config.optimizer, total_steps)
     adam = constant_adam(config.optimizer)  # the same Adam in a third of the kernels
     per_datum, prior_weight = tempering.per_datum, tempering.prior_weight
     diagonal = family is DIAGONAL
@@ -168,7 +167,7 @@ def build_variational(
         mean = params.detach()
         scale = family.initial_scale(mean, config.init_log_sd)
         packed = torch.cat([mean.unsqueeze(0), scale.reshape(-1, mean.shape[0])])
-        moments = adam.init(packed) if adam is not None else optimizer.init((packed,))
+        moments = adam.init(packed) if adam is not None else optimizer.init(packed)
         return VIState(*unpack(packed), moments, generator, 0, packed)
 
     def update(state: VIState, batch: Batch) -> tuple[VIState, dict[str, Tensor]]:
@@ -178,21 +177,19 @@ def build_variational(
             dtype=state.mean.dtype,
             device=state.generator.device,
         ).to(state.mean.device)
-        variational = (state.packed,)
         if draw_gradient is not None:
             grads, loss = diagonal_gradient(
                 draw_gradient, state.packed, batch, noise, per_datum, config.stick_the_landing
             )
         else:
-            (grads,), loss = value_and_grad(loss_fn, variational, batch, noise)
-        # One tensor: the optimiser's elementwise update runs once, not once per part.
+            (grads,), loss = value_and_grad(loss_fn, (state.packed,), batch, noise)
+        # One tensor: the optimiser's elementwise update runs once, not once per part, in
+        # place (``packed`` is the state's own, made in ``init``; μ and S are its views).
+        optimizer_state: Any
         if adam is not None:
-            packed, optimizer_state = adam.step(state.packed, grads, state.optimizer)
+            packed, optimizer_state = adam.step_(state.packed, grads, state.optimizer)
         else:
-            updates, optimizer_state = optimizer.update(
-                (grads,), state.optimizer, params=variational, inplace=False
-            )
-            (packed,) = torchopt.apply_updates(variational, updates, inplace=False)
+            packed, optimizer_state = optimizer.step(state.packed, grads, state.optimizer)
         new_state = VIState(
             *unpack(packed), optimizer_state, state.generator, state.step + 1, packed
         )
@@ -255,8 +252,9 @@ class VIState(NamedTuple):
         mean: μ (d,).
         scale: the unconstrained scale S: ρ = log σ (d,) for ``vi_diag``, the matrix A
             (d, d) of the Cholesky factor for ``vi_dense`` (see the module docstring).
-        optimizer: the optimiser's state over ``packed``: torchopt's over ``(packed,)``,
-            or :class:`~bayesflow.engines.adam.AdamState` for Adam at a constant rate.
+        optimizer: the optimiser's state over ``packed``:
+            :class:`~bayesflow.engines.optimize.OptimizerState`, or
+            :class:`~bayesflow.engines.adam.AdamState` for Adam at a constant rate.
         generator: the source of the reparameterisation noise.
         step: update steps taken.
         packed: μ and S in one tensor (2, d) for ``vi_diag``, (d + 1, d) for ``vi_dense``,

@@ -20,8 +20,8 @@ __all__ = ["LM_CURVATURES", "language_model_methods", "language_model_problems"]
 
 Problem = tuple[tuple[str, ...], str]
 
-# The Laplace curvatures that run on a language model: the token diagonal empirical Fisher
-# (bayesflow.llm.curvature) stands in for both.
+# The Laplace curvatures that run on a language model, one term per scored token
+# (bayesflow.llm.curvature): the empirical Fisher, and the GGN from sampled tokens.
 LM_CURVATURES = frozenset({"diag_fisher", "diag_ggn"})
 
 

@@ -135,3 +135,33 @@ def test_registry_matches_the_spec() -> None:
     union = get_args(PriorSpec)[0]
     named = {get_args(spec.model_fields["name"].annotation)[0] for spec in get_args(union)}
     assert named == set(PRIORS.names())
+
+
+@pytest.mark.parametrize("prior", [diag_normal(0.25), laplace(0.3)], ids=["normal", "laplace"])
+def test_compact_binding_of_one_value_is_a_view_of_one_number(prior: object) -> None:
+    """``bind(compact=True)`` with one value for every tensor: ``values`` and
+    ``precision`` are stride-0 views with the full binding's entries, the same density
+    (against torch.distributions too) and normalising constant; ``scaled`` keeps them
+    views with the entries of ``vector * factor``."""
+    from bayesflow.priors import scaled
+
+    full = prior.bind(NAMES, SHAPES, torch.float64)  # type: ignore[attr-defined]
+    compact = prior.bind(NAMES, SHAPES, torch.float64, compact=True)  # type: ignore[attr-defined]
+    assert compact.precision.stride() == (0,) and compact.values.stride() == (0,)
+    assert torch.equal(compact.precision, full.precision) and torch.equal(compact.values, full.values)
+    assert compact.constant == pytest.approx(full.constant, rel=1e-14)
+    params = torch.randn(3, sum(SIZES), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.testing.assert_close(compact.log_prob(params), full.log_prob(params), rtol=1e-14, atol=1e-12)
+    reference = (Normal(0.0, 0.5) if compact.family == "normal" else Laplace(0.0, 0.3)).log_prob(params).sum(-1)
+    torch.testing.assert_close(compact.log_prob(params), reference)
+    half = scaled(compact.precision, -0.5)
+    assert half.stride() == (0,) and torch.equal(half, -0.5 * full.precision)
+    assert torch.equal(scaled(full.precision, -0.5), -0.5 * full.precision)
+
+
+def test_compact_binding_of_several_values_stays_full() -> None:
+    """Variances by pattern differ across tensors: ``compact`` binds them in full."""
+    prior = diag_normal({"*.bias": 1.0, "*": 0.1})
+    compact = prior.bind(NAMES, SHAPES, compact=True)
+    assert compact.precision.stride() == (1,)
+    assert torch.equal(compact.precision, prior.bind(NAMES, SHAPES).precision)

@@ -1,0 +1,105 @@
+"""Cases ``llm`` and ``llm8b``: a language model's trainable subset, bayesflow against the
+plain torch + peft loop (the floor) and against posteriors (issue 23, item 7).
+
+``llm`` (``--quick``: hidden 256, 4 layers, vocabulary 2,048; full: the 144.8M-parameter
+Llama of docs/llm.md, hidden 768, 14 layers, vocabulary 8,192; ``--smoke``: a tiny one),
+config-built, random weights, 4 windows of 64 tokens scoring the last 16:
+
+- for LoRA (r 8, α 32 on q/k/o of the last layer) and for the last decoder layer: a MAP
+  step with AdamW by the floor, by bayesflow's ``map`` engine and by posteriors
+  (:mod:`benchmarks.llm.child` says how each is driven): peak memory and median step time,
+  with the ratios bayesflow / floor (goal ≤ 1.2 each) and bayesflow / posteriors (goal ≤ 1);
+- bayesflow's parallel SGHMC, 10 chains of the last layer: peak memory against one frozen
+  model (the process once the model is built) plus 10 × the subset with its momenta
+  (2 float32 vectors of d per chain), the sum printed beside it, and the step time.
+
+``llm8b`` (``--cases llm8b --device cuda``; refused on a CPU by :mod:`benchmarks.run`):
+Llama 3 8B's shape (hidden 4,096, intermediate 14,336, 32 layers, 32 heads, 8 key-value
+heads, vocabulary 128,256), random bfloat16 weights built on the GPU, its last layer
+(218,112,000 parameters) trainable, bayesflow's SGHMC with 10 chains: step time and peak
+memory against the same sum.
+
+Every contender runs in its own fresh process, so peaks do not mix (on the CPU the
+process's ``ru_maxrss``; on a GPU ``torch.cuda.max_memory_allocated``); the processes run
+one after another, so their step times saw different moments of the machine's load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.timing import Settings, load_average
+
+__all__ = ["CHAINS", "run", "run_8b"]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAINS = 10
+# warm-up and timed steps per mode (each step of the full size takes about a second).
+STEPS = {"smoke": (1, 2), "quick": (1, 3), "full": (1, 3)}
+CONTENDERS = ("floor", "bayesflow", "posteriors")
+
+
+def child(contender: str, subset: str, size: str, settings: Settings, chains: int = CHAINS) -> dict[str, Any]:
+    """One contender in a fresh process (:mod:`benchmarks.llm.child`); its JSON."""
+    warmup, steps = STEPS.get(settings.mode, STEPS["full"])
+    command = [
+        sys.executable, "-m", "benchmarks.llm.child", contender, subset, size, settings.device,
+        f"--chains={chains}", f"--warmup={warmup}", f"--steps={steps}", f"--threads={settings.threads}",
+    ]
+    environment = {**os.environ, "OMP_NUM_THREADS": str(settings.threads),
+                   "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{contender} on {subset} ({size}) failed: {done.stderr.strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["step_s"] = statistics.median(result["seconds"])
+    return result
+
+
+def _size(settings: Settings) -> str:
+    return {"smoke": "smoke", "quick": "quick"}.get(settings.mode, "full")
+
+
+def _chains_row(found: dict[str, Any]) -> dict[str, Any]:
+    """The SGHMC chains' peak against one frozen model plus K × (position and momenta)."""
+    state = found["chains"] * 2 * found["d"] * 4
+    expected = found["built_bytes"] + state
+    return {**found, "state_bytes": state, "expected_bytes": expected,
+            "memory_ratio": found["peak_bytes"] / expected}
+
+
+def run(settings: Settings) -> dict[str, Any]:
+    """Case ``llm``: both subsets, three contenders each, and the 10-chain SGHMC."""
+    size = _size(settings)
+    rows = []
+    for subset in ("lora", "last_layer"):
+        load = load_average()
+        found = {name: child(name, subset, size, settings) for name in CONTENDERS}
+        ours = found["bayesflow"]
+        rows.append({
+            "subset": subset, "d": ours["d"], "parameters": ours["parameters"],
+            "frozen_parameters": ours["frozen_parameters"], "frozen_bytes": ours["frozen_bytes"],
+            "contenders": found, "load_average": load,
+            "memory_ratio": ours["peak_bytes"] / found["floor"]["peak_bytes"],
+            "step_ratio": ours["step_s"] / found["floor"]["step_s"],
+            "posteriors_memory_ratio": ours["peak_bytes"] / found["posteriors"]["peak_bytes"],
+            "posteriors_step_ratio": ours["step_s"] / found["posteriors"]["step_s"],
+        })
+    load = load_average()
+    chains = _chains_row(child("sghmc", "last_layer", size, settings))
+    chains["load_average"] = load
+    return {"size": size, "device": settings.device, "rows": rows, "chains": chains}
+
+
+def run_8b(settings: Settings) -> dict[str, Any]:
+    """Case ``llm8b``: Llama 3 8B's shape, last layer, 10 chains of SGHMC (a GPU)."""
+    load = load_average()
+    chains = _chains_row(child("sghmc", "last_layer", "llama3_8b", settings))
+    chains["load_average"] = load
+    return {"size": "llama3_8b", "device": settings.device, "chains": chains}
