@@ -114,10 +114,9 @@ def encoded_episodes(
 
 def windows_of(ids: np.ndarray, length: int, stride: int) -> np.ndarray:
     """The windows of ``length`` tokens every ``stride`` tokens of one document, (k, length)."""
-    starts = range(0, ids.shape[0] - length + 1, stride)
-    if not starts:
+    if ids.shape[0] < length:
         return np.zeros((0, length), dtype=np.int64)
-    return np.stack([ids[start : start + length] for start in starts]).astype(np.int64)
+    return np.lib.stride_tricks.sliding_window_view(ids, length)[::stride].astype(np.int64)
 
 
 def document_parts(
