@@ -46,21 +46,18 @@ def test_every_contender_steps_on_the_same_model(measured: dict[str, dict[str, d
 
 
 def test_the_section_renders_the_ratios(measured: dict[str, dict[str, dict]]) -> None:
-    """The case's rows, built from the measurements as :func:`case.run` builds them,
-    render with both subsets, the goals and the SGHMC sum."""
+    """The case's rows, built from the measurements and an interleaved timing as
+    :func:`case.run` builds them, render with both subsets, the goals and the SGHMC sum."""
     rows = []
     for subset, found in measured.items():
-        for row in found.values():
-            row["step_s"] = min(row["seconds"])
-        ours = found["bayesflow"]
-        rows.append({
-            "subset": subset, "d": ours["d"], "parameters": ours["parameters"], "contenders": found,
-            "load_average": [1.0, 1.0, 1.0],
-            "memory_ratio": ours["peak_bytes"] / found["floor"]["peak_bytes"],
-            "step_ratio": ours["step_s"] / found["floor"]["step_s"],
-            "posteriors_memory_ratio": ours["peak_bytes"] / found["posteriors"]["peak_bytes"],
-            "posteriors_step_ratio": ours["step_s"] / found["posteriors"]["step_s"],
-        })
+        timed = child.interleaved(subset, child.SIZES["smoke"], "cpu", repeats=2)
+        assert set(timed["timings"]) == set(case.CONTENDERS)
+        assert all(positive(t["median_s"]) for t in timed["timings"].values())
+        for name in case.CONTENDERS:
+            found[name]["interleaved_s"] = timed["timings"][name]["median_s"]
+        row = case.subset_row(subset, found, timed, [1.0, 1.0, 1.0])
+        assert row["step_ratio"] == timed["floor_ratio"]["median"] and positive(row["memory_ratio"])
+        rows.append(row)
     chains = child.measure("sghmc", "last_layer", child.SIZES["smoke"], "cpu", chains=3, steps=1)
     chains["step_s"], chains["load_average"] = chains["seconds"][0], [1.0, 1.0, 1.0]
     row = case._chains_row(chains)

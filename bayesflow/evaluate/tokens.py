@@ -8,13 +8,14 @@ posterior samples of the softmax; ``test_accuracy``, ``test_ece``, ``test_brier`
 
 The (samples, windows, S, V) probabilities are never held whole: windows go through the
 model a chunk at a time, sized to the memory budget (:mod:`bayesflow.engines.memory`),
-and each chunk is reduced to a few numbers per token and sample at once.
+:data:`SAMPLE_CHUNK` samples at a time, each reduced at once to a few numbers per token and
+sample and a running sum over samples (the predictive).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -25,33 +26,43 @@ from bayesflow.engines.base import Problem
 from bayesflow.evaluate import metrics
 from bayesflow.evaluate.conventions import describe
 
-__all__ = ["TOKEN_NOTE", "evaluate_tokens", "token_statistics"]
+__all__ = ["SAMPLE_CHUNK", "TOKEN_NOTE", "evaluate_tokens", "token_statistics"]
 
 TOKEN_NOTE = "every scored token of every held-out window is one point"
-# Float64 copies of a chunk's (samples, tokens, V) probabilities alive at once (probabilities,
-# their logs, the products), plus the float32 logits.
+# Samples whose (samples, tokens, V) probabilities one step holds (the forward still
+# batches every sample of a chunk under vmap); and the float64 copies of them alive at
+# once (probabilities, logs, products) plus the float32 logits and the running sum.
+SAMPLE_CHUNK = 8
 _COPIES = 4
 
 
-def token_statistics(sample_probs: Tensor, labels: Tensor) -> dict[str, np.ndarray]:
-    """Per-token numbers of (K, m, V) sample probabilities and (m,) labels: the
-    predictive's probability of the label, argmax hit, confidence, Brier term and
-    total/aleatoric uncertainty (m,), and each sample's (K, m)."""
-    probs = sample_probs.double()
-    mean = probs.mean(0)
-    index = labels.long().reshape(1, -1, 1)
+def _reduce(values: Tensor, labels: Tensor) -> dict[str, Tensor]:
+    """Per-token numbers of (..., m, V) probabilities and (m,) labels: the probability of
+    the label, argmax hit, confidence, Brier term and entropy, each (..., m)."""
+    index = labels.long().reshape(*([1] * (values.ndim - 2)), -1, 1).expand(*values.shape[:-1], 1)
+    chosen = values.gather(-1, index).squeeze(-1)
+    return {"chosen": chosen, "hit": (values.argmax(-1) == labels).double(), "confidence": values.amax(-1),
+            "brier": values.square().sum(-1) - 2 * chosen + 1,
+            "entropy": -(values * values.clamp_min(1e-300).log()).sum(-1)}
 
-    def reduce(values: Tensor, rows: Tensor) -> dict[str, Tensor]:
-        chosen = values.gather(-1, rows.expand(*values.shape[:-1], 1)).squeeze(-1)
-        return {"chosen": chosen, "hit": (values.argmax(-1) == labels).double(),
-                "confidence": values.amax(-1), "brier": values.square().sum(-1) - 2 * chosen + 1}
 
-    def entropy(values: Tensor) -> Tensor:
-        return -(values * values.clamp_min(1e-300).log()).sum(-1)
-
-    stats = {name: value for name, value in reduce(mean, index[0]).items()}
-    stats.update({f"{name}_each": value for name, value in reduce(probs, index.expand(probs.shape[0], -1, 1)).items()})
-    stats["total"], stats["aleatoric"] = entropy(mean), entropy(probs).mean(0)
+def token_statistics(sample_probs: Iterable[Tensor], labels: Tensor) -> dict[str, np.ndarray]:
+    """Per-token numbers of sample probabilities given in chunks of (k, m, V) and (m,)
+    labels: the predictive's (the mean over samples) probability of the label, argmax
+    hit, confidence, Brier term and total uncertainty (m,), the aleatoric uncertainty (m,)
+    and each sample's numbers (K, m)."""
+    total: Tensor | None = None
+    each: dict[str, list[Tensor]] = {}
+    for chunk in sample_probs:
+        probs = chunk.double()
+        total = probs.sum(0) if total is None else total + probs.sum(0)
+        for name, value in _reduce(probs, labels).items():
+            each.setdefault(name, []).append(value)
+    assert total is not None, "at least one sample"
+    per_sample = {name: torch.cat(values) for name, values in each.items()}
+    stats = _reduce(total / per_sample["chosen"].shape[0], labels)
+    stats["total"], stats["aleatoric"] = stats.pop("entropy"), per_sample.pop("entropy").mean(0)
+    stats.update({f"{name}_each": value for name, value in per_sample.items()})
     return {name: value.cpu().numpy() for name, value in stats.items()}
 
 
@@ -91,14 +102,20 @@ def evaluate_tokens(
         outputs_of = vmap(problem.forward, in_dims=(0, None))
     windows, scored = y_test.shape
     vocabulary = int(problem.forward.language_model.config.vocab_size)  # type: ignore[attr-defined]
-    per_window = samples.shape[0] * scored * vocabulary * 8 * _COPIES
+    chunk = min(samples.shape[0], SAMPLE_CHUNK)
+    per_window = (chunk * _COPIES + 1) * scored * vocabulary * 8
     rows = rows_within(memory_budget(problem.device), 0, per_window, windows, "the token predictive")
     pieces: dict[str, list[np.ndarray]] = {}
     for start in range(0, windows, rows):
-        with torch.no_grad():
-            outputs = outputs_of(samples, x_test[start : start + rows].to(problem.device))
-        probs = outputs.softmax(-1).flatten(1, 2)  # (K, windows × S, V)
-        for name, value in token_statistics(probs, y_test[start : start + rows].reshape(-1)).items():
+        inputs = x_test[start : start + rows].to(problem.device)
+
+        def probabilities(inputs: Tensor = inputs) -> Iterator[Tensor]:
+            for piece in samples.split(chunk):
+                with torch.no_grad():
+                    yield outputs_of(piece, inputs).softmax(-1).flatten(1, 2)  # (k, windows × S, V)
+
+        labels = y_test[start : start + rows].reshape(-1).to(problem.device)
+        for name, value in token_statistics(probabilities(), labels).items():
             pieces.setdefault(name, []).append(value)
     stats = {name: np.concatenate(values, axis=-1) for name, values in pieces.items()}
     scores = _scores(stats, "", ece_bins, ece_binning)

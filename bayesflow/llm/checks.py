@@ -1,7 +1,7 @@
 """What ``bayesflow validate`` checks of a ``causal_lm`` spec before any weight is read.
 
 The extra is installed; a model folder holds a config, weights and a tokenizer; a window
-fits the model's context; the tokens fit its vocabulary; every LoRA target, layer and
+fits the model's context; the tokens (bytes, or the folder's tokenizer) fit its vocabulary; every LoRA target, layer and
 parameter glob names something in the model. The model's structure comes from its config
 alone, built on torch's ``meta`` device (no memory, no weights: a folder's ``config.json``
 is the only file read), so the check costs the same for a tiny model and for an 8B one.
@@ -75,9 +75,28 @@ def check_language_model(spec: Any, base_dir: Path | None) -> None:
             f"vocabulary has {vocabulary}; use vocab_size >= {BYTE_VOCABULARY}"
             + ("" if model_spec.path is None else ", or `tokenizer: model`")
         )
+    if getattr(data, "tokenizer", None) == "model" and model_spec.path is not None:
+        _check_folder_vocabulary(model_spec.path, base_dir, vocabulary)
     trainable = model_spec.trainable
     if trainable.lora is not None:
         check_lora(model, trainable.lora, "model.trainable.lora")
     else:
         select_tensors(trainable.parameters, [name for name, _ in model.named_parameters()],
                        "model.trainable.parameters")
+
+
+def _check_folder_vocabulary(path: str, base_dir: Path | None, vocabulary: int) -> None:
+    """The folder's tokenizer must give no id past the model's vocabulary (without
+    :mod:`bayesflow.llm.tokenizer` the data loader says so)."""
+    from bayesflow.llm.source import check_folder
+
+    try:
+        from bayesflow.llm.tokenizer import folder_vocabulary
+    except ImportError:
+        return
+    tokens = folder_vocabulary(check_folder(path, base_dir))
+    if tokens > vocabulary:
+        raise SpecError(
+            f"data.tokenizer: the model folder's tokenizer has {tokens} token ids, but the model's "
+            f"vocabulary has {vocabulary}; use the tokenizer the model was trained with"
+        )

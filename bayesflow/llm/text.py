@@ -43,18 +43,14 @@ def token_windows(
         DataError: bad sizes, or no document as long as one window.
     """
     check_sizes(length, stride, scored, where)
-    windows = []
-    for document in documents:
-        ids = byte_encode(document)
-        for start in range(0, ids.shape[0] - length + 1, stride):
-            windows.append(ids[start : start + length])
-    if not windows:
+    inputs = np.concatenate([windows_of(byte_encode(document), length, stride) for document in documents]
+                            or [np.zeros((0, length), dtype=np.int64)])
+    if not inputs.shape[0]:
         longest = max((len(document.encode("utf-8")) for document in documents), default=0)
         raise DataError(
             f"{where}: no document is {length} bytes long (the longest has {longest}); "
             "use a shorter window length"
         )
-    inputs = np.stack(windows)
     return inputs, inputs[:, length - scored :].copy()
 
 
@@ -114,10 +110,9 @@ def encoded_episodes(
 
 def windows_of(ids: np.ndarray, length: int, stride: int) -> np.ndarray:
     """The windows of ``length`` tokens every ``stride`` tokens of one document, (k, length)."""
-    starts = range(0, ids.shape[0] - length + 1, stride)
-    if not starts:
+    if ids.shape[0] < length:
         return np.zeros((0, length), dtype=np.int64)
-    return np.stack([ids[start : start + length] for start in starts]).astype(np.int64)
+    return np.lib.stride_tricks.sliding_window_view(ids, length)[::stride].astype(np.int64)
 
 
 def document_parts(

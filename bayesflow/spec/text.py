@@ -90,8 +90,6 @@ class TextSpec(Strict):
             raise ValueError("test_fraction + validation_fraction must leave tokens to train on")
         if self.episodes and self.test_fraction == 0:
             raise ValueError("episodes need test windows in every document; set test_fraction > 0")
-        if self.episodes and self.validation_fraction:
-            raise ValueError("episodes hold out no validation windows; set validation_fraction to 0")
         return self
 
     @property

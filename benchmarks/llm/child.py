@@ -1,5 +1,8 @@
 """``python -m benchmarks.llm.child CONTENDER SUBSET SIZE DEVICE [--chains K]``: one
-contender of the ``llm`` case in this (fresh) process; prints one JSON line.
+contender of the ``llm`` case in this (fresh) process; prints one JSON line. With
+``CONTENDER`` ``interleaved``: the floor, bayesflow and posteriors on one model in this
+process, timed interleaved (:func:`benchmarks.timing.compare`, the order rotated every
+repeat), for step ratios that one moment of the machine's load does not tilt.
 
 The model is built (a config-built Llama, random weights, nothing downloaded), then the
 contender's step is made, run ``warmup`` times untimed and ``steps`` times timed (each
@@ -36,7 +39,7 @@ from typing import Any
 import torch
 from torch.nn import functional
 
-__all__ = ["LLAMA3_8B", "SIZES", "SUBSETS", "build_model", "measure"]
+__all__ = ["LLAMA3_8B", "SIZES", "SUBSETS", "build_model", "interleaved", "measure"]
 
 # Model and batch of each size: hidden width, decoder layers, heads, vocabulary, and the
 # windows (count, tokens each, scored tokens at the end of each).
@@ -179,13 +182,38 @@ def _peak(device: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
+def _windows(size: dict[str, int], device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token windows and their scored tokens (the same in every contender)."""
+    generator = torch.Generator().manual_seed(1)
+    windows = torch.randint(0, size["vocab"], (size["windows"], size["length"]), generator=generator)
+    return windows.to(device), windows[:, -size["scored"]:].to(device)
+
+
+def interleaved(subset: str, size: dict[str, int], device: str, repeats: int = 5) -> dict[str, Any]:
+    """The three MAP contenders' steps on one model, timed interleaved: seconds per step
+    of each and the paired ratios bayesflow / floor and bayesflow / posteriors. (They
+    share the model: the floor and posteriors step its own trainable tensors, bayesflow
+    its state; the work per step is the same whatever the values.)"""
+    from benchmarks.timing import Settings, compare, paired_ratio
+
+    model, names = build_model(size, subset, device)
+    batch = _windows(size, device)
+    steps = {"floor": _floor(model, names, batch, size["scored"]),
+             "bayesflow": _bayesflow(model, names, batch, size["scored"], 1),
+             "posteriors": _posteriors(model, batch, size["scored"])}
+    timings = compare(steps, Settings("quick", device), count=1, warmup=1, repeats=repeats)
+    return {
+        "subset": subset, "timings": {name: timing.as_dict() for name, timing in timings.items()},
+        "floor_ratio": paired_ratio(timings["bayesflow"], timings["floor"]),
+        "posteriors_ratio": paired_ratio(timings["bayesflow"], timings["posteriors"]),
+    }
+
+
 def measure(contender: str, subset: str, size: dict[str, int], device: str, chains: int = 1,
             warmup: int = 1, steps: int = 3) -> dict[str, Any]:
     """Build, step and measure one contender in this process (see the module docstring)."""
     model, names = build_model(size, subset, device)
-    generator = torch.Generator().manual_seed(1)
-    windows = torch.randint(0, size["vocab"], (size["windows"], size["length"]), generator=generator)
-    batch = (windows.to(device), windows[:, -size["scored"]:].to(device))
+    batch = _windows(size, device)
     values = dict(model.named_parameters())
     trainable = sum(values[name].numel() for name in names)
     frozen = [value for name, value in values.items() if name not in names]
@@ -217,7 +245,7 @@ def measure(contender: str, subset: str, size: dict[str, int], device: str, chai
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("contender", choices=("floor", "bayesflow", "posteriors", "sghmc"))
+    parser.add_argument("contender", choices=("floor", "bayesflow", "posteriors", "sghmc", "interleaved"))
     parser.add_argument("subset", choices=SUBSETS)
     parser.add_argument("size", choices=list(SIZES))
     parser.add_argument("device")
@@ -227,6 +255,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.contender == "interleaved":
+        print(json.dumps(interleaved(args.subset, SIZES[args.size], args.device, args.steps)))
+        return
     result = measure(args.contender, args.subset, SIZES[args.size], args.device, args.chains,
                      args.warmup, args.steps)
     print(json.dumps(result))

@@ -93,3 +93,4 @@ def test_the_report_renders_for_a_language_model(finished: Any) -> None:
     text = report.read_text()
     assert "Traceback" not in text and "every scored token of every held-out window is one point" in text
     assert "a language model's frozen weights are not drawn" in text
+    assert ">test_perplexity<" in text  # in the results table, beside the NLL

@@ -108,13 +108,13 @@ def test_the_context_builds_the_subset_problem_with_n_in_scored_tokens(
     assert logits.shape == (2, scored, 256)
 
 
-def folder_spec(tmp_path: Path) -> dict[str, object]:
+def folder_spec(tmp_path: Path, vocabulary: int = 300) -> dict[str, object]:
     """A spec whose model is a folder (config, a weights file never read, a tokenizer file)
     and whose data use the folder's tokenizer."""
     import transformers
 
     model = tmp_path / "model"
-    transformers.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    transformers.LlamaConfig(vocab_size=vocabulary, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                              num_attention_heads=2, max_position_embeddings=64).save_pretrained(model)
     (model / "model.safetensors").write_bytes(b"not read at validate")
     (model / "tokenizer.json").write_text("{}")
@@ -138,6 +138,34 @@ def test_the_folder_tokenizer_is_the_one_call_point(tmp_path: Path, monkeypatch:
     dataset = load_data(loaded)
     assert dataset.num_classes == 300 and seen == [tmp_path / "model"]
     np.testing.assert_array_equal(dataset.x_train[0], np.arange(32))
+
+
+def test_a_folder_byte_tokenizer_gives_the_byte_windows(tmp_path: Path) -> None:
+    """With the project's byte-level tokenizer in the folder (bayesflow.llm.tokenizer),
+    ``tokenizer: model`` gives the very windows of ``tokenizer: bytes``."""
+    from bayesflow.llm.tokenizer import save_byte_tokenizer
+
+    spec = folder_spec(tmp_path)
+    (tmp_path / "model" / "tokenizer.json").unlink()
+    save_byte_tokenizer(tmp_path / "model")
+    by_model = load_data(bayesflow.load(write_spec(tmp_path, spec)))
+    by_bytes = load_dataset({**spec["data"], "tokenizer": "bytes"}, tmp_path)  # type: ignore[dict-item]
+    assert by_model.num_classes == 256
+    np.testing.assert_array_equal(by_model.x_train, by_bytes.x_train)
+    np.testing.assert_array_equal(by_model.y_test, by_bytes.y_test)
+
+
+def test_a_folder_tokenizer_past_the_models_vocabulary_is_refused(tmp_path: Path) -> None:
+    from bayesflow.errors import SpecError
+    from bayesflow.llm.tokenizer import save_byte_tokenizer
+
+    spec = folder_spec(tmp_path, vocabulary=200)
+    (tmp_path / "model" / "tokenizer.json").unlink()
+    save_byte_tokenizer(tmp_path / "model")
+    loaded = bayesflow.load(write_spec(tmp_path, spec))
+    with pytest.raises(SpecError, match=r"spec.yaml:\d+:\d+: data.tokenizer: the model folder's tokenizer has 256 "
+                                        "token ids, but the model's vocabulary has 200"):
+        load_data(loaded)
 
 
 def test_without_the_tokenizer_module_the_folder_tokenizer_is_not_yet(

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bayesflow.engines.base import Posterior
-from bayesflow.evaluate import evaluate_full, metrics
+from bayesflow.evaluate import evaluate_full, metrics, tokens
 from bayesflow.evaluate.uncertainty import decompose_uncertainty
 from bayesflow.likelihoods import NextToken
 from bayesflow.llm import build_causal_lm
@@ -75,15 +75,27 @@ def test_test_nll_is_the_mean_over_tokens_of_minus_log_the_averaged_softmax(sett
     assert "every scored token" in result.conventions["test_nll"]
 
 
-def test_windows_in_chunks_give_the_same_metrics(setting: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A memory budget of two windows' worth splits the pass; the numbers stay."""
+def test_windows_and_samples_in_chunks_give_the_same_metrics(setting: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory budget of two windows' worth, and samples 3 at a time, split the pass; the
+    numbers stay."""
     problem, samples, inputs, targets = setting  # type: ignore[misc]
     whole = evaluate_full(problem, NextToken(), Posterior(samples=samples), inputs, targets, 4,
                           torch.Generator().manual_seed(0)).metrics
-    per_window = 4 * SCORED * 256 * 8 * 4
+    monkeypatch.setattr(tokens, "SAMPLE_CHUNK", 3)
+    per_window = (3 * 4 + 1) * SCORED * 256 * 8
     monkeypatch.setenv("BAYESFLOW_MEMORY_LIMIT", str(2 * per_window))
+    from bayesflow.evaluate import predictive
+
+    calls: list[tuple[int, int]] = []
+    real = predictive.predictive_outputs
+
+    def spy(problem: object, samples: torch.Tensor, inputs: torch.Tensor, chunk: int) -> torch.Tensor:
+        calls.append((samples.shape[0], inputs.shape[0]))
+        return real(problem, samples, inputs, chunk)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(predictive, "predictive_outputs", spy)
     chunked = evaluate_full(problem, NextToken(), Posterior(samples=samples), inputs, targets, 4,
                             torch.Generator().manual_seed(0)).metrics
-    assert inputs.shape[0] > 2
+    assert inputs.shape[0] > 2 and calls[:2] == [(3, 2), (1, 2)] and len(calls) == 2 * math.ceil(inputs.shape[0] / 2)
     for name, value in whole.items():
         assert chunked[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
