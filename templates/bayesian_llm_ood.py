@@ -78,11 +78,17 @@ display(Markdown(sections.what_ran(frame)))
 # %% [markdown]
 # ## Table 1: AUROC of TU and EU, in- against out-of-distribution statements
 #
-# Mean over seeds (± standard deviation with several seeds).
+# Mean over seeds (± standard deviation with several seeds). The first two columns score
+# a statement by its TU or EU summed over the word's tokens; the last two by the same
+# divided by the number of tokens. A sum grows with the word's length, which varies
+# between statements as much as between the two sets (a cipher keeps every length), so
+# the per-token scores compare the words' uncertainty without it.
 
 # %%
 table_1 = statement_report.statement_table(
-    frame, {"statements_auroc_tu": "AUROC (TU)", "statements_auroc_eu": "AUROC (EU)"}, order)
+    frame, {"statements_auroc_tu": "AUROC (TU)", "statements_auroc_eu": "AUROC (EU)",
+            "statements_auroc_tu_per_token": "AUROC (TU per token)",
+            "statements_auroc_eu_per_token": "AUROC (EU per token)"}, order)
 display(sections.styled(table_1) if not table_1.empty else Markdown("_No fit logged statements metrics._"))
 
 # %% [markdown]

@@ -62,6 +62,7 @@ class StatementScores(NamedTuple):
         nll: (n,) the predictive's negative log probability of the word.
         total, aleatoric, epistemic: (n,) TU, AU and EU of the word (nats, summed over
             its tokens; see the module docstring).
+        tokens: (n,) J, the number of the word's tokens.
     """
 
     log_prob: np.ndarray
@@ -69,6 +70,7 @@ class StatementScores(NamedTuple):
     total: np.ndarray
     aleatoric: np.ndarray
     epistemic: np.ndarray
+    tokens: np.ndarray
 
 
 def score_statements(
@@ -107,7 +109,8 @@ def score_statements(
         np.add.at(aleatoric, where, split.aleatoric)
     mixture = torch.logsumexp(torch.as_tensor(log_prob), dim=0) - math.log(members.shape[0])
     epistemic = np.maximum(total - aleatoric, 0.0)
-    return StatementScores(log_prob, -mixture.numpy(), total, aleatoric, epistemic)
+    tokens = np.array([row.tokens.shape[0] - row.start for row in statements])
+    return StatementScores(log_prob, -mixture.numpy(), total, aleatoric, epistemic, tokens)
 
 
 def _word_log_probs(
@@ -150,7 +153,11 @@ def statement_metrics(inside: StatementScores, outside: StatementScores) -> dict
     TU, AU and EU of each (``statements_nll_in``, ``statements_tu_ood``, ...) and the
     AUROC of TU and of EU telling OOD (label 1) from in-distribution (label 0),
     ``statements_auroc_tu`` and ``statements_auroc_eu`` (0.5 is chance; one member
-    gives EU = 0 everywhere, so an AUROC of EU of exactly 0.5)."""
+    gives EU = 0 everywhere, so an AUROC of EU of exactly 0.5); and the AUROC of TU and
+    of EU per token of the word (divided by J), ``statements_auroc_tu_per_token`` and
+    ``statements_auroc_eu_per_token``: a sum over the word's tokens grows with its length,
+    which varies between statements as much as between the sets (a cipher keeps every
+    length), so the per-token score compares the words' uncertainty without it."""
     metrics: dict[str, float] = {}
     for suffix, scores in (("in", inside), ("ood", outside)):
         for name, values in (("nll", scores.nll), ("tu", scores.total),
@@ -158,4 +165,8 @@ def statement_metrics(inside: StatementScores, outside: StatementScores) -> dict
             metrics[f"statements_{name}_{suffix}"] = float(np.mean(values))
     metrics["statements_auroc_tu"] = ood_auroc(inside.total, outside.total)
     metrics["statements_auroc_eu"] = ood_auroc(inside.epistemic, outside.epistemic)
+    metrics["statements_auroc_tu_per_token"] = ood_auroc(inside.total / inside.tokens,
+                                                         outside.total / outside.tokens)
+    metrics["statements_auroc_eu_per_token"] = ood_auroc(inside.epistemic / inside.tokens,
+                                                         outside.epistemic / outside.tokens)
     return metrics

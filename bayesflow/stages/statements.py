@@ -7,8 +7,9 @@ through :func:`bayesflow.data.text.encode_documents`); the scores are
 :mod:`bayesflow.llm.statement_scores`. Logged: ``statements_nll_in`` / ``_ood`` (mean
 last-word NLL under the predictive), ``statements_tu_*``, ``statements_au_*`` and
 ``statements_eu_*`` (mean uncertainties, nats, summed over each word's tokens), and
-``statements_auroc_tu`` / ``statements_auroc_eu`` (OOD = 1). Saved in ``evaluation.npz``
-per statement: ``statements_{nll,tu,au,eu}_{in,ood}``.
+``statements_auroc_tu`` / ``statements_auroc_eu`` (OOD = 1), and the same AUROCs of the
+scores per token of the word (``statements_auroc_tu_per_token``, ``_eu_per_token``). Saved
+in ``evaluation.npz`` per statement: ``statements_{nll,tu,au,eu,tokens}_{in,ood}``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ CONVENTIONS = {
     "statements_auroc": "AUROC of TU (statements_auroc_tu) or EU (statements_auroc_eu) as a "
     "score, in-distribution statements label 0, out-of-distribution label 1; Mann-Whitney "
     "with average ranks for ties (0.5 = chance; one member has EU = 0: exactly 0.5)",
+    "statements_auroc_per_token": "as statements_auroc with TU or EU divided by the number of "
+    "the word's tokens (statements_auroc_tu_per_token, statements_auroc_eu_per_token)",
 }
 
 
@@ -60,7 +63,8 @@ def statement_evaluation(
     arrays = {
         f"statements_{name}_{suffix}": getattr(scored, field)
         for suffix, scored in zip(("in", "ood"), scores)
-        for name, field in (("nll", "nll"), ("tu", "total"), ("au", "aleatoric"), ("eu", "epistemic"))
+        for name, field in (("nll", "nll"), ("tu", "total"), ("au", "aleatoric"), ("eu", "epistemic"),
+                            ("tokens", "tokens"))
     }
     notes = dict(CONVENTIONS)
     notes["statements_members"] = f"{members.shape[0]} posterior member(s) per statement"

@@ -210,7 +210,7 @@ def test_batched_and_padded_equals_each_statement_alone() -> None:
     assert len(lengths) >= len(encoded) - 1  # the call below pads all but one
     batched = score_statements(problem, members, encoded, statements_per_call=16, members_per_call=2)
     alone = [score_statements(problem, members, [row]) for row in encoded]
-    for field in ("log_prob", "nll", "total", "aleatoric", "epistemic"):
+    for field in ("log_prob", "nll", "total", "aleatoric", "epistemic", "tokens"):
         expected = np.concatenate([getattr(one, field) for one in alone], axis=-1)
         np.testing.assert_allclose(getattr(batched, field), expected, **reordered(torch.float32, 256 * 32, scale=10.0))
 
@@ -236,13 +236,19 @@ def test_summary_metrics_are_the_means_and_sklearns_auroc() -> None:
     outside = score_statements(problem, members, encode_statements(cipher(statements, 3)))
     metrics = statement_metrics(inside, outside)
     labels = np.r_[np.zeros(len(statements)), np.ones(len(statements))]
+    words = np.array([len(split_statement(text)[1].encode()) for text in statements])
+    assert np.array_equal(inside.tokens, words) and np.array_equal(outside.tokens, words)
     for name, field in (("tu", "total"), ("eu", "epistemic")):
         scores = np.r_[getattr(inside, field), getattr(outside, field)]
         assert metrics[f"statements_auroc_{name}"] == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+        per_token = scores / np.r_[words, words]
+        assert metrics[f"statements_auroc_{name}_per_token"] == pytest.approx(
+            roc_auc_score(labels, per_token), abs=1e-12)
     assert metrics["statements_nll_in"] == pytest.approx(inside.nll.mean())
     assert metrics["statements_au_ood"] == pytest.approx(outside.aleatoric.mean())
     assert set(metrics) == {f"statements_{n}_{s}" for n in ("nll", "tu", "au", "eu") for s in ("in", "ood")} | {
-        "statements_auroc_tu", "statements_auroc_eu"}
+        "statements_auroc_tu", "statements_auroc_eu", "statements_auroc_tu_per_token",
+        "statements_auroc_eu_per_token"}
 
 
 def test_byte_tokens_match_the_text_modules_encoder() -> None:

@@ -57,7 +57,7 @@ def test_every_fit_logs_the_statements_metrics_and_arrays(
     arrays = bayesflow.evaluations(result.run_id, tracker=tracker)
     assert len(arrays) == 3
     for found in arrays.values():
-        for name in ("nll", "tu", "au", "eu"):
+        for name in ("nll", "tu", "au", "eu", "tokens"):
             assert found[f"statements_{name}_in"].shape == found[f"statements_{name}_ood"].shape == (7,)
     # the pretrained model itself, one statement at a time: the base row's mean NLL
     torch.manual_seed(0)
