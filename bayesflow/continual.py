@@ -4,11 +4,19 @@ Episodes arrive in sequence. Three protocols fit a MAP estimate episode by episo
 
 - ``online``: each episode starts from the previous parameters under the original prior
   (online SGD: it forgets what earlier episodes taught);
-- ``laplace_prior``: after each episode a diagonal GGN Laplace approximation
-  N(θₖ, diag(1 / (Gₖ + Pₖ₋₁))) of its posterior becomes the next episode's prior, so the
-  posterior is carried forward (sequential Bayesian updating, MacKay 1992; Ritter et al.,
-  2018);
-- ``offline``: each episode refits on every episode seen so far (the upper reference).
+- ``laplace_prior``: after each episode a diagonal Laplace approximation
+  N(θₖ, diag(1 / Pₖ)), ``Pₖ = Pₖ₋₁ + λ Cₖ``, of its posterior becomes the next episode's
+  prior, so the posterior is carried forward (sequential Bayesian updating, MacKay 1992;
+  Ritter et al., 2018). Cₖ is the episode's diagonal GGN, or on a language model
+  (``likelihood: next_token``) its diagonal empirical Fisher over scored tokens
+  (:func:`bayesflow.llm.curvature.token_diagonal_fisher`: one gradient per token, no pass
+  per class of a 32k vocabulary). λ (``laplace_strength``, 1 by default: exact updating
+  when the Laplace is exact) weights the carried curvature, as the posteriors library's
+  continual LoRA example does (its prior sd becomes ``(sd⁻² + λ F)^(-1/2)`` with λ = 100);
+  λ > 1 holds the earlier episodes' parameters more firmly, λ < 1 lets them move;
+- ``offline``: each episode refits on every episode seen so far (the upper reference);
+- ``single``: each episode is fitted alone, from the initial parameters under the original
+  prior (the single-episode baseline: what a model of that episode alone reaches).
 
 After each episode the test NLL of the current parameters on every episode's test data
 is recorded, and the average over the episodes seen so far (Figures 5 and 6 of the paper).
@@ -43,16 +51,33 @@ def _gaussian_prior(problem: Problem, mean: Tensor, precision: Tensor) -> Proble
 
 def _curvature(problem: Problem, params: Tensor, inputs: Tensor, targets: Tensor,
                generator: torch.Generator) -> Tensor:
-    """The diagonal GGN summed over one episode's training data."""
+    """The diagonal GGN summed over one episode's training data (on a language model the
+    diagonal empirical Fisher over its scored tokens)."""
+    diagonal = diagonal_ggn
+    if problem.likelihood == "next_token":
+        from bayesflow.llm.curvature import token_diagonal_fisher
+
+        diagonal = token_diagonal_fisher
     total = torch.zeros_like(params)
     for batch in minibatches(inputs, targets, 256, generator):
-        total = total + diagonal_ggn(problem, params, batch).detach()
+        total = total + diagonal(problem, params, batch).detach()
     return total
 
 
-def _episode_nll(problem: Problem, params: Tensor, inputs: Tensor, targets: Tensor) -> float:
+def _data_points(problem: Problem, targets: Tensor) -> int:
+    """N of some training rows: rows, or a language model's scored tokens (rows × S)."""
+    return targets.numel() if problem.likelihood == "next_token" else targets.shape[0]
+
+
+def _episode_nll(problem: Problem, params: Tensor, inputs: Tensor, targets: Tensor, batch: int | None) -> float:
+    """The mean NLL per datum (per scored token on a language model), in batches of the
+    method's ``batch_size`` (what a training step holds; all at once when null)."""
+    total, step = 0.0, batch or max(inputs.shape[0], 1)
     with torch.no_grad():
-        return float(-problem.log_likelihood(problem.forward(params, inputs), targets).mean())
+        for start in range(0, inputs.shape[0], step):
+            outputs = problem.forward(params, inputs[start : start + step])
+            total += float(problem.log_likelihood(outputs, targets[start : start + step]).double().sum())
+    return -total / max(targets.numel(), 1)
 
 
 def fit_continual(
@@ -69,7 +94,7 @@ def fit_continual(
         problem: the full problem (its prior is the first episode's prior).
         config: a map/mle method spec with ``continual`` set.
         tempering: the temperature (the MAP does not depend on it; the carried Laplace
-            posterior is the T = 1 one, whose precision is G + P).
+            posterior is the T = 1 one, whose precision is P + λ C).
         data: training inputs and targets, test inputs and targets.
         episodes: the episode of each training and each test point.
         generator: seeds the initialisation and the minibatches.
@@ -78,25 +103,27 @@ def fit_continual(
     episode_train = torch.as_tensor(episodes[0], device=x_train.device)
     episode_test = torch.as_tensor(episodes[1], device=x_test.device)
     count = int(episode_train.max()) + 1
-    params = problem.init_params(generator)
+    start = params = problem.init_params(generator)
     mean = torch.zeros_like(params)
     precision = problem.prior_precision.clone()
     traces: dict[str, list[float]] = {f"episode_nll/{j}": [] for j in range(count)}
     traces["seen_average_nll"] = []
     steps = 0
+    strength = getattr(config, "laplace_strength", None)
     for episode in range(count):
         rows = episode_train <= episode if config.continual == "offline" else episode_train == episode
         inputs, targets = x_train[rows], y_train[rows]
-        current = replace(_gaussian_prior(problem, mean, precision), num_data=int(rows.sum()))
+        current = replace(_gaussian_prior(problem, mean, precision), num_data=_data_points(problem, targets))
         engine = method_of(config).builder()(current, replace(tempering, num_data=current.num_data), config)
-        result = fit(engine, params, inputs, targets, generator)
+        result = fit(engine, start if config.continual == "single" else params, inputs, targets, generator)
         assert result.posterior.mean is not None  # an optimiser's posterior is a point mass
         params, steps = result.posterior.mean, steps + result.steps
         if config.continual == "laplace_prior":
-            precision = precision + _curvature(current, params, inputs, targets, generator)
+            curvature = _curvature(current, params, inputs, targets, generator)
+            precision = precision + (curvature if strength is None else strength * curvature)
             mean = params
         losses = [
-            _episode_nll(problem, params, x_test[episode_test == j], y_test[episode_test == j])
+            _episode_nll(problem, params, x_test[episode_test == j], y_test[episode_test == j], config.batch_size)
             for j in range(count)
         ]
         for j, value in enumerate(losses):

@@ -18,7 +18,7 @@ from torch.nn import functional
 
 from bayesflow.registry import Registry
 
-__all__ = ["Likelihood", "LIKELIHOODS", "build_likelihood"]
+__all__ = ["LIKELIHOODS", "Likelihood", "NextToken", "build_likelihood"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,30 @@ class Likelihood:
         raise ValueError(f"a {self.name} likelihood has no class probabilities")
 
 
+@dataclass(frozen=True)
+class NextToken(Likelihood):
+    """The categorical likelihood of a causal language model's scored tokens
+    (:mod:`bayesflow.llm.problem`): outputs (..., S, V) logits, targets (..., S) token ids,
+    log p per token (..., S)."""
+
+    name: str = "next_token"
+    task: str = "classification"
+
+    def log_prob(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        vocabulary = outputs.shape[-1]
+        flat = functional.cross_entropy(
+            outputs.reshape(-1, vocabulary), targets.reshape(-1).long(), reduction="none"
+        )
+        return -flat.view(targets.shape)
+
+    def output_hessian(self, outputs: Tensor) -> Tensor:
+        probs = outputs.softmax(-1)
+        return torch.diag_embed(probs) - probs.unsqueeze(-1) * probs.unsqueeze(-2)
+
+    def probabilities(self, outputs: Tensor) -> Tensor:
+        return outputs.softmax(-1)
+
+
 LIKELIHOODS: Registry[Any] = Registry("likelihood")
 
 
@@ -103,6 +127,12 @@ def gaussian(noise_sd: float = 1.0) -> Likelihood:
 def energy() -> Likelihood:
     """The model's output is the log density itself (for sampling a fixed target)."""
     return Likelihood("energy", "energy")
+
+
+@LIKELIHOODS.register("next_token")
+def next_token() -> Likelihood:
+    """The categorical likelihood of a causal language model's scored tokens (:class:`NextToken`)."""
+    return NextToken()
 
 
 def build_likelihood(config: dict[str, Any]) -> Likelihood:

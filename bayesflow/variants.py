@@ -13,6 +13,7 @@ from bayesflow.dag.plan import Plan
 from bayesflow.dag.sweep import PlannedVariant, VariantRunner, plan_sweep
 from bayesflow.data import Dataset, check_data, load_dataset
 from bayesflow.data.reference import reference_digest, with_reference
+from bayesflow.data.statements import with_statements
 from bayesflow.errors import DataError, SpecError
 from bayesflow.spec.checks import located
 from bayesflow.spec.load import LoadedSpec
@@ -24,16 +25,22 @@ __all__ = ["load_data", "plan_variants", "variant_runner"]
 def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None) -> Dataset:
     """The data of ``loaded``, checked against its likelihood before any fit (a
     DataError, exit 3), with its reference probabilities (``evaluate.reference.file``,
-    checked against the data: a SpecError, exit 3), and a ``python:`` model built once
-    on it (a SpecError, exit 3);
+    checked against the data: a SpecError, exit 3) and statements (``evaluate.statements``,
+    a SpecError, exit 3), and a ``python:`` model built once on it (a SpecError, exit 3);
     ``loaded_data`` reuses data already loaded for an equal ``data``
     block from the same folder (the variants of a sweep)."""
-    block = json.dumps([loaded.spec.data.model_dump(mode="json"), str(loaded.base_dir)], sort_keys=True)
+    spec = loaded.spec
+    model = spec.model.model_dump(mode="json") if spec.data.name == "text" else None  # its tokenizer
+    block = json.dumps([spec.data.model_dump(mode="json"), str(loaded.base_dir), model], sort_keys=True)
     cached = loaded_data if loaded_data is not None else {}
     try:
+        if spec.model.name == "causal_lm":  # the extra, the folder, the context, the subset
+            from bayesflow.llm.checks import check_language_model
+
+            check_language_model(spec, loaded.base_dir)
         if block not in cached:
-            cached[block] = load_dataset(loaded.spec.data.model_dump(), loaded.base_dir)
-        check_data(cached[block], loaded.spec.likelihood.name)
+            cached[block] = load_dataset(spec.data.model_dump(), loaded.base_dir, model)
+        check_data(cached[block], spec.likelihood.name)
         if loaded.spec.model.name == "python":
             # The user's module imported and its factory called now, under the user-code
             # guard, so that validate and run refuse code that fails, exits or hangs (exit 3)
@@ -43,8 +50,11 @@ def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None)
             build_network(loaded.spec, cached[block].num_features, cached[block].num_classes,
                           loaded.spec.seeds[0])
         dataset = with_reference(cached[block], loaded.spec, loaded.base_dir)
-    except DataError:
-        raise
+        dataset = with_statements(dataset, loaded.spec, loaded.base_dir)
+    except DataError as error:  # a text corpus's problems name spec keys (data.files.2)
+        if loaded.path is None or spec.data.name != "text":
+            raise
+        raise located(error, loaded.locations, str(loaded.path)) from error
     except SpecError as error:  # point `data.module: ...`, `model.python: ...` at the spec's line
         if loaded.path is None:
             raise

@@ -36,6 +36,13 @@ frame = data.results()
 metrics = tables.summary_metrics(frame)  # NLL with accuracy, ECE, Brier or with RMSE, coverage
 
 display(Markdown(sections.header(workflow, spec_yaml, run_info)))
+language_model = (sections.read_spec(spec_yaml).get("model") or {}).get("name") == "causal_lm"
+if language_model:
+    display(Markdown(
+        "_A causal language model: every scored token of every held-out window is one point, so "
+        "the test NLL, accuracy, ECE and Brier score are per scored token (`test_perplexity` = "
+        "exp(test NLL)); the data are text windows, with no features to plot._"
+    ))
 
 # %% [markdown]
 # ## The temperature convention
@@ -266,6 +273,8 @@ if check is not None:
         axis.set_ylabel("prior draws")
     figure.tight_layout()
     plt.show()
+elif language_model:
+    display(Markdown("_No prior predictive check: a language model's frozen weights are not drawn from a prior._"))
 else:
     display(Markdown("_The prior predictive check was not run (`evaluate.prior_predictive: true`)._"))
 

@@ -46,7 +46,9 @@ def test_the_wheel_holds_the_report_templates_data_and_methods(wheel: zipfile.Zi
     names = set(wheel.namelist())
     templates = {f"bayesflow/templates/{p.name}" for p in (ROOT / "templates").glob("*.py")}
     methods = {f"bayesflow/methods/{p.name}" for p in (ROOT / "bayesflow" / "methods").glob("*.py")}
-    data = {f"bayesflow/data/files/{p.name}" for p in (ROOT / "bayesflow" / "data" / "files").iterdir()}
+    files = ROOT / "bayesflow" / "data" / "files"
+    data = {f"bayesflow/data/files/{p.relative_to(files).as_posix()}" for p in files.rglob("*") if p.is_file()}
+    assert "bayesflow/data/files/lm/checkpoint/model.safetensors" in data  # the folders' files too
     assert templates and templates <= names
     assert methods <= names and data <= names
     assert "bayesflow/py.typed" in names

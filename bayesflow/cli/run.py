@@ -88,6 +88,13 @@ def _stopped_line(interrupt: KeyboardInterrupt, progress: ProgressHook | None) -
     return f"bayesflow: {how}; {done}; rerun the same command to finish"
 
 
+def _shared_clause(outcome: Any) -> str:
+    """``; 2 of the cached computed earlier in this run``: stages whose key another stage of
+    this run computed (not reused from an earlier run), or nothing."""
+    shared = len(getattr(outcome, "shared", ()))
+    return f"; {shared} of the cached computed earlier in this run (equal keys)" if shared else ""
+
+
 def _ui_command(uri: str) -> str:
     """``bayesflow ui``, naming the store when it is not the one ``ui`` opens by default."""
     from bayesflow.tracking.uri import resolve_tracking_uri
@@ -135,7 +142,7 @@ def _summary(result: Any) -> None:
     output.print(
         f"stages: {statuses.count('ran')} ran, {statuses.count('cached')} cached, "
         f"{statuses.count('failed')} failed, {statuses.count('skipped')} skipped "
-        f"in {result.seconds:.1f} s"
+        f"in {result.seconds:.1f} s{_shared_clause(outcome)}"
     )
     for name in outcome.failed:  # the whole error: its first line alone may not say the fix
         text = outcome.errors[name].rstrip().replace("\n", "\n      ")

@@ -200,9 +200,9 @@ def plan_workflow(
             ``report`` (the figure code and the template, part of the report key); the
             API computes them (:func:`bayesflow.report.render.source_digest`), so the
             planner never reads the report layer. Missing digests are left out of keys.
-        reference_digest: the digest of ``evaluate.reference.file``'s probabilities
-            (:func:`bayesflow.data.reference.reference_digest`), part of every
-            evaluation's key; needed when the spec names a reference file.
+        reference_digest: the digest of ``evaluate.reference.file``'s probabilities and
+            ``evaluate.statements``' texts (:func:`bayesflow.data.reference.reference_digest`),
+            part of every evaluation's key; needed when the spec names either.
     """
     stages = plan_cells(spec, data_digest, reference_digest)
     add_summaries(stages, spec, code or {}, _hash(spec.model_dump(mode="json")))
@@ -331,6 +331,10 @@ def plan_cells(
             if reference_digest is None:
                 raise ValueError("evaluate.reference.file needs the probabilities' reference_digest")
             payload["reference_file"] = reference_digest
+        elif spec.evaluate.statements is not None:  # the statements' digest: data/statements.py
+            if reference_digest is None:
+                raise ValueError("evaluate.statements needs the statements' digest (reference_digest)")
+            payload["statements"] = reference_digest
         evaluations[name] = Stage(name, "evaluate", inputs, _hash(payload), method, fit.engine,
                                   temperature, seed, payload)
         return evaluations[name]

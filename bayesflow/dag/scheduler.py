@@ -66,6 +66,9 @@ class Outcome:
     errors: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     placements: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a stage ran
+    # Stages counted as cached whose output another stage of this run (with the same key)
+    # computed: a Laplace method's curvature shared by laplace_evidence, say.
+    shared: set[str] = field(default_factory=set)
 
     @property
     def failed(self) -> list[str]:
@@ -286,6 +289,7 @@ class _Scheduler:
         if stage.key in self.computing:  # the same key is being computed: reuse it after
             return False
         if stage.key in self.computed:
+            self.outcome.shared.add(stage.name)
             self._succeed(stage, self.computed[stage.key], cached=True)
             return True
         if stage.key in self.failures:

@@ -7,6 +7,7 @@ arrays, so a stage's cache key changes when the data do and not otherwise. The m
 ``dataset``    :class:`Dataset`, the registry :data:`DATASETS`, paths and the split
 ``tabular``    ``sklearn_digits``, ``csv`` and ``none``
 ``imdb``       IMDB movie reviews as padded token ids
+``text``       documents as token windows for a causal language model
 ``python``     a user's own function that returns the arrays (runs the user's code)
 ``checks``     checks of loaded data against the likelihood (:func:`check_data`)
 ``reference``  reference class probabilities from a file (``evaluate.reference.file``)
@@ -21,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bayesflow.data import imdb, python, tabular
+from bayesflow.data import imdb, python, tabular, text
 from bayesflow.data.checks import DataWarning, check_data
 from bayesflow.data.dataset import DATASETS, Dataset, resolve_path
 from bayesflow.data.tabular import (
@@ -49,14 +50,20 @@ __all__ = [
     "sklearn_digits",
     "tabular",
     "target_task",
+    "text",
 ]
 
 
-def load_dataset(config: dict[str, Any], base_dir: Path | None = None) -> Dataset:
-    """Load the dataset a spec's ``data`` section describes."""
+def load_dataset(
+    config: dict[str, Any], base_dir: Path | None = None, model: dict[str, Any] | None = None
+) -> Dataset:
+    """Load the dataset a spec's ``data`` section describes (``text`` also reads the
+    ``model`` section: its folder's tokenizer)."""
     options = dict(config)
     name = options.pop("name")
     builder = DATASETS.get(name)
-    if name in ("csv", "imdb", "python"):
+    if name in ("csv", "imdb", "python", "text"):
         options["base_dir"] = base_dir
+    if name == "text":
+        options["model"] = model
     return builder(**options)

@@ -34,7 +34,9 @@ class Dataset:
     the arrays (``data: {name: python}``), so that editing it recomputes the stages.
     ``reference`` holds the class probabilities of ``evaluate.reference.file``
     (:mod:`bayesflow.data.reference`), one row per compared point; the digest ignores it
-    too (it is part of the evaluations' keys, not the fits').
+    too (it is part of the evaluations' keys, not the fits'), and so does ``statements``, the
+    in-distribution and out-of-distribution texts of ``evaluate.statements``
+    (:mod:`bayesflow.data.statements`).
     """
 
     x_train: np.ndarray
@@ -52,6 +54,7 @@ class Dataset:
     x_validation: np.ndarray | None = None
     y_validation: np.ndarray | None = None
     reference: np.ndarray | None = None
+    statements: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
     @property
     def has_validation(self) -> bool:

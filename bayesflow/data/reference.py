@@ -115,12 +115,18 @@ def comparison_rows(dataset: Dataset) -> tuple[int, str]:
 
 
 def reference_digest(dataset: Dataset) -> str | None:
-    """SHA-256 of the data's reference probabilities (part of every evaluation's key),
-    None when they have none."""
+    """SHA-256 of what evaluations read beside the data (part of every evaluation's key):
+    the reference probabilities and the statements of ``evaluate.statements``
+    (:mod:`bayesflow.data.statements`); None when they have neither."""
+    from bayesflow.data.statements import statements_digest
+
+    statements = statements_digest(dataset)
     if dataset.reference is None:
-        return None
+        return statements
     digest = hashlib.sha256(str(dataset.reference.shape).encode())
     digest.update(np.ascontiguousarray(dataset.reference).tobytes())
+    if statements is not None:
+        digest.update(statements.encode())
     return digest.hexdigest()
 
 

@@ -152,8 +152,9 @@ class ModeFit:
     """What the evidence needs of the training data at the mode.
 
     Attributes:
-        log_likelihood: ``Σᵢ log p(yᵢ|xᵢ,θ*)`` under the spec's likelihood.
-        num_data: N.
+        log_likelihood: ``Σᵢ log p(yᵢ|xᵢ,θ*)`` under the spec's likelihood (on a language
+            model the sum over every scored token, the data of its token Fisher).
+        num_data: N, the rows (a language model's windows); read only by the gaussian noise.
         squared_error: ``Σᵢ (yᵢ − f(xᵢ,θ*))²`` for a gaussian likelihood, else None.
     """
 

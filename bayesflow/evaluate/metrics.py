@@ -27,6 +27,7 @@ __all__ = [
     "PROBABILITY_FLOOR",
     "accuracy",
     "brier",
+    "calibration_error",
     "classification_metrics",
     "coverage_name",
     "ece",
@@ -142,15 +143,23 @@ def ece(probs: Any, labels: Any, bins: int = 10, binning: str = "equal_width") -
         ECE in [0, 1].
     """
     probabilities, targets = _probabilities_and_labels(probs, labels)
-    confidence = probabilities.max(axis=1)
-    correct = (probabilities.argmax(axis=1) == targets).astype(np.float64)
+    correct = probabilities.argmax(axis=1) == targets
+    return calibration_error(probabilities.max(axis=1), correct, bins, binning)
+
+
+def calibration_error(confidence: Any, correct: Any, bins: int = 10, binning: str = "equal_width") -> float:
+    """:func:`ece` from each point's confidence (its max predictive probability) and
+    whether its argmax was right, (n,) each: the form a predictive too wide to hold
+    whole (a language model's vocabulary) reduces to."""
+    confidence = _as_numpy(confidence).astype(np.float64).reshape(-1)
+    hits = _as_numpy(correct).astype(np.float64).reshape(-1)
     index = _bin_index(confidence, bins, binning)
     total = 0.0
     for member in range(bins):
         mask = index == member
         if mask.any():
-            gap = abs(correct[mask].mean() - confidence[mask].mean())
-            total += mask.sum() / targets.shape[0] * gap
+            gap = abs(hits[mask].mean() - confidence[mask].mean())
+            total += mask.sum() / confidence.shape[0] * gap
     return float(total)
 
 

@@ -4,11 +4,10 @@
 OOD inputs through them in one call (:func:`posterior_outputs`, see :data:`PREDICTIONS`),
 and computes every predictive metric, the per-point uncertainty decomposition and the
 OOD AUROCs from those outputs (``linearized_probit``: in closed form, without samples;
-:mod:`bayesflow.evaluate.linearized`). It returns an :class:`Evaluation`
-whose ``metrics`` a run logs and whose ``arrays`` a stage saves as one ``.npz``
-artifact; :func:`evaluate` returns only the metrics dict, for callers that iterate it.
-:func:`evaluate_classification` and :func:`evaluate_regression` are the pure part: they
-take the (S, n, k) outputs, not the model.
+:mod:`bayesflow.evaluate.linearized`). It returns an :class:`Evaluation` whose ``metrics``
+a run logs and whose ``arrays`` a stage saves as one ``.npz``; :func:`evaluate` returns
+only the metrics. :func:`evaluate_classification` and :func:`evaluate_regression` are the
+pure part, on the (S, n, k) outputs; a language model's is :mod:`bayesflow.evaluate.tokens`.
 
 Samples go through the model vmapped, ``chunk`` at a time. The per-sample probabilities
 (S, n, C) are kept for the single-sample metrics and the decomposition (50 × 10,000 × 10
@@ -29,6 +28,7 @@ from bayesflow.engines.base import Posterior, Problem
 from bayesflow.evaluate import metrics
 from bayesflow.evaluate.conventions import describe
 from bayesflow.evaluate.linearized import closed_form_scores, linearized_outputs_of
+from bayesflow.evaluate.tokens import evaluate_tokens
 from bayesflow.evaluate.uncertainty import decompose_uncertainty, ood_auroc
 from bayesflow.likelihoods import Likelihood
 
@@ -339,8 +339,8 @@ def evaluate_full(
         problem: the flat-parameter problem.
         likelihood: decides the task (``likelihood.task``) and the predictive.
         posterior: the fitted posterior.
-        x_test: (n, ...) test inputs.
-        y_test: (n,) test targets.
+        x_test, y_test: (n, ...) test inputs, (n,) targets (a ``next_token`` likelihood:
+            (n, L) windows, (n, S) scored tokens, :mod:`bayesflow.evaluate.tokens`).
         n_samples: parameter samples drawn for the predictive.
         generator: the random generator the draw uses.
         ece_bins, ece_binning: the ECE's bins (classification only).
@@ -352,6 +352,9 @@ def evaluate_full(
     Returns:
         An :class:`Evaluation`; see :data:`bayesflow.evaluate.CONVENTIONS`.
     """
+    if likelihood.name == "next_token":  # a language model: every scored token is a point
+        return Evaluation(*evaluate_tokens(problem, draw_samples(posterior, n_samples, generator), x_test, y_test, ece_bins,
+                                           ece_binning=ece_binning, outputs_of=lambda s, x: predictive_outputs(problem, s, x, chunk)))
     if likelihood.task not in ("classification", "regression"):
         raise ValueError(f"likelihood {likelihood.name!r} has task {likelihood.task!r}; "
                          "expected 'classification' or 'regression'")
@@ -369,10 +372,8 @@ def evaluate_full(
             test_outputs, likelihood, y_test, ece_bins=ece_bins, ece_binning=ece_binning,
             ood_outputs=ood_outputs,
         )
-    return evaluate_regression(
-        test_outputs, likelihood, y_test, coverage_levels=coverage_levels,
-        ood_outputs=ood_outputs,
-    )
+    return evaluate_regression(test_outputs, likelihood, y_test, coverage_levels=coverage_levels,
+                               ood_outputs=ood_outputs)
 
 
 def evaluate(
@@ -393,7 +394,6 @@ def evaluate(
 ) -> dict[str, float]:
     """The ``metrics`` of :func:`evaluate_full` (same arguments), for callers that log them."""
     return evaluate_full(
-        problem, likelihood, posterior, x_test, y_test, n_samples, generator, ece_bins,
-        ece_binning=ece_binning, coverage_levels=coverage_levels, x_ood=x_ood,
-        prediction=prediction, chunk=chunk,
+        problem, likelihood, posterior, x_test, y_test, n_samples, generator, ece_bins, ece_binning=ece_binning,
+        coverage_levels=coverage_levels, x_ood=x_ood, prediction=prediction, chunk=chunk,
     ).metrics

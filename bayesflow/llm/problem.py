@@ -20,42 +20,17 @@ temperature convention (U = −Σ log p(token) − log p(θ)) holds as for any o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
-from torch.nn import functional
 
 from bayesflow.engines.base import Problem
 from bayesflow.errors import SpecError
-from bayesflow.likelihoods import Likelihood
+from bayesflow.likelihoods import NextToken
 from bayesflow.priors import Prior
 
 __all__ = ["NextToken", "build_lm_problem", "check_window", "context_of", "trainable_values"]
-
-
-@dataclass(frozen=True)
-class NextToken(Likelihood):
-    """The categorical likelihood of the scored tokens: outputs (..., S, V) logits,
-    targets (..., S) token ids, log p per token (..., S)."""
-
-    name: str = "next_token"
-    task: str = "classification"
-
-    def log_prob(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        vocabulary = outputs.shape[-1]
-        flat = functional.cross_entropy(
-            outputs.reshape(-1, vocabulary), targets.reshape(-1).long(), reduction="none"
-        )
-        return -flat.view(targets.shape)
-
-    def output_hessian(self, outputs: Tensor) -> Tensor:
-        probs = outputs.softmax(-1)
-        return torch.diag_embed(probs) - probs.unsqueeze(-1) * probs.unsqueeze(-2)
-
-    def probabilities(self, outputs: Tensor) -> Tensor:
-        return outputs.softmax(-1)
 
 
 def context_of(model: nn.Module) -> int:
@@ -137,6 +112,7 @@ def build_lm_problem(
 
     forward.language_model = model  # type: ignore[attr-defined]  # what a reader may inspect
     forward.without_last = without_last  # type: ignore[attr-defined]  # bayesflow.llm.kfac
+    forward.logits = logits  # type: ignore[attr-defined]  # any last positions: bayesflow.llm.statements
 
     def init_params(generator: torch.Generator) -> Tensor:
         """LoRA ``A`` drawn as peft draws it (Kaiming uniform, a = √5) under ``generator``,

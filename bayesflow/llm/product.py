@@ -6,7 +6,9 @@ base model.
 ``causal_lm`` model section (a config with the ``seed`` of its random weights, or a local
 folder's path: weights are never copied). Loading rebuilds the base model from that reference and checks the tensors' names and shapes against the file.
 
-Not yet what ``bayesflow.load_posterior`` reads for a run (docs/llm.md).
+A run's fit logs ``posterior/posterior.npz`` and ``posterior/base_model.json``, so a
+downloaded ``posterior`` folder is a :func:`load_lm_posterior` source; ``bayesflow.load_posterior``
+reads the same fit from its run id with the run's resolved spec.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from torch import nn
 from bayesflow.engines.base import Posterior, Problem
 from bayesflow.spec.llm import CausalLMSpec
 
-__all__ = ["LoadedLM", "load_lm_posterior", "save_lm_posterior"]
+__all__ = ["ARRAYS", "REFERENCE", "LoadedLM", "base_model_text", "load_lm_posterior", "save_lm_posterior"]
 
 REFERENCE = "base_model.json"
 ARRAYS = "posterior.npz"
@@ -56,8 +58,13 @@ def save_lm_posterior(
     """
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(folder / ARRAYS, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
-    reference = {"model": spec.model_dump(mode="json"), "scored": scored}
-    (folder / REFERENCE).write_text(json.dumps(reference, indent=2) + "\n")
+    (folder / REFERENCE).write_text(base_model_text(spec, scored))
+
+
+def base_model_text(spec: CausalLMSpec, scored: int) -> str:
+    """The text of ``base_model.json``: the model section (a config-built model's ``seed``
+    included; a folder by its path) and the tokens scored per window."""
+    return json.dumps({"model": spec.model_dump(mode="json"), "scored": scored}, indent=2) + "\n"
 
 
 def load_lm_posterior(folder: Path, base_dir: Path | None = None) -> LoadedLM:

@@ -26,13 +26,19 @@ TOKENIZER = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_confi
 
 
 def check_folder(path: str, base_dir: Path | None = None, where: str = "model.path") -> Path:
-    """The model folder ``path`` (relative to ``base_dir``), checked to hold a config,
+    """The model folder ``path`` (relative to ``base_dir``, or ``package:NAME`` for a folder
+    shipped with bayesflow, e.g. ``package:lm/checkpoint``), checked to hold a config,
     weights and a tokenizer, so that loading it needs no network.
 
     Raises:
         SpecError: the folder does not exist, or lacks one of the three.
     """
-    folder = Path(path).expanduser()
+    if path.startswith("package:"):
+        from bayesflow.data.dataset import resolve_path
+
+        folder = resolve_path(path)
+    else:
+        folder = Path(path).expanduser()
     if not folder.is_absolute() and base_dir is not None:
         folder = base_dir / folder
     if not folder.is_dir():

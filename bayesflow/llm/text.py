@@ -22,8 +22,8 @@ import numpy as np
 from bayesflow.errors import DataError
 
 __all__ = [
-    "BYTE_VOCABULARY", "Episodes", "byte_encode", "check_sizes", "episode_windows", "read_csv_column",
-    "read_text_files", "token_windows",
+    "BYTE_VOCABULARY", "Episodes", "byte_encode", "check_sizes", "document_parts", "encoded_episodes",
+    "episode_windows", "read_csv_column", "read_text_files", "token_windows", "windows_of",
 ]
 
 BYTE_VOCABULARY = 256
@@ -43,18 +43,14 @@ def token_windows(
         DataError: bad sizes, or no document as long as one window.
     """
     check_sizes(length, stride, scored, where)
-    windows = []
-    for document in documents:
-        ids = byte_encode(document)
-        for start in range(0, ids.shape[0] - length + 1, stride):
-            windows.append(ids[start : start + length])
-    if not windows:
+    inputs = np.concatenate([windows_of(byte_encode(document), length, stride) for document in documents]
+                            or [np.zeros((0, length), dtype=np.int64)])
+    if not inputs.shape[0]:
         longest = max((len(document.encode("utf-8")) for document in documents), default=0)
         raise DataError(
             f"{where}: no document is {length} bytes long (the longest has {longest}); "
             "use a shorter window length"
         )
-    inputs = np.stack(windows)
     return inputs, inputs[:, length - scored :].copy()
 
 
@@ -81,29 +77,57 @@ def episode_windows(
     Raises:
         DataError: a bad fraction, or a document too short to give a window on each side.
     """
+    return encoded_episodes([byte_encode(document) for document in documents], length, stride,
+                            scored, test_fraction, where)
+
+
+def encoded_episodes(
+    encoded: Sequence[np.ndarray], length: int, stride: int, scored: int,
+    test_fraction: float = 0.15, where: str = "data",
+) -> Episodes:
+    """:func:`episode_windows` of documents already encoded as token ids (1-D int64)."""
     if not 0 < test_fraction < 1:
         raise DataError(f"{where}.test_fraction: must lie in (0, 1), got {test_fraction}")
-    if not documents:
+    if not encoded:
         raise DataError(f"{where}: no documents")
     check_sizes(length, stride, scored, where)
     parts: list[list[np.ndarray]] = [[], [], [], [], [], []]
-    for index, document in enumerate(documents):
-        ids = byte_encode(document)
-        cut = round(ids.shape[0] * (1 - test_fraction))
-        for offset, piece in ((0, ids[:cut]), (2, ids[cut:])):
-            starts = range(0, piece.shape[0] - length + 1, stride)
-            if not starts:
+    for index, ids in enumerate(encoded):
+        train, _, test = document_parts(ids, length, stride, test_fraction)
+        for offset, windows in ((0, train), (2, test)):
+            if not windows.shape[0]:
                 raise DataError(
-                    f"{where}: document {index} ({ids.shape[0]} bytes) gives no "
-                    f"{'training' if offset == 0 else 'test'} window of {length} bytes with "
+                    f"{where}: document {index} ({ids.shape[0]} tokens) gives no "
+                    f"{'training' if offset == 0 else 'test'} window of {length} tokens with "
                     f"test_fraction {test_fraction}; use a shorter length or longer documents"
                 )
-            windows = np.stack([piece[start : start + length] for start in starts])
             parts[offset].append(windows)
             parts[offset + 1].append(windows[:, length - scored :])
             parts[4 + offset // 2].append(np.full(windows.shape[0], index, dtype=np.int64))
     x_train, y_train, x_test, y_test, episode_train, episode_test = (np.concatenate(p) for p in parts)
     return Episodes(x_train, y_train, x_test, y_test, episode_train, episode_test)
+
+
+def windows_of(ids: np.ndarray, length: int, stride: int) -> np.ndarray:
+    """The windows of ``length`` tokens every ``stride`` tokens of one document, (k, length)."""
+    if ids.shape[0] < length:
+        return np.zeros((0, length), dtype=np.int64)
+    return np.lib.stride_tricks.sliding_window_view(ids, length)[::stride].astype(np.int64)
+
+
+def document_parts(
+    ids: np.ndarray, length: int, stride: int, test_fraction: float, validation_fraction: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Training, validation and test windows of one document, cut by position: its last
+    ``test_fraction`` of tokens are test, the ``validation_fraction`` before them
+    validation, the rest training; no window spans a cut (a part shorter than a window
+    gives none)."""
+    count = ids.shape[0]
+    test_cut = round(count * (1 - test_fraction))
+    validation_cut = round(count * (1 - test_fraction - validation_fraction))
+    pieces = (ids[:validation_cut], ids[validation_cut:test_cut], ids[test_cut:])
+    train, validation, test = (windows_of(piece, length, stride) for piece in pieces)
+    return train, validation, test
 
 
 def check_sizes(length: int, stride: int, scored: int, where: str = "data") -> None:
@@ -133,17 +157,19 @@ def read_csv_column(path: Path, column: str, where: str = "data") -> list[str]:
     return [row[column] for row in reader if row[column]]
 
 
-def read_text_files(paths: Sequence[Path], where: str = "data") -> list[str]:
-    """The text of each file, one document each.
+def read_text_files(paths: Sequence[Path], where: str | Sequence[str] = "data") -> list[str]:
+    """The text of each file, one document each; ``where`` names the spec key of every
+    file (one for all, or one per file, such as ``data.files.2``).
 
     Raises:
         DataError: a file is missing, empty or not UTF-8.
     """
+    keys = [where] * len(paths) if isinstance(where, str) else list(where)
     documents = []
-    for path in paths:
-        text = _decode(_read_bytes(path, where), path, where)
+    for path, key in zip(paths, keys):
+        text = _decode(_read_bytes(path, key), path, key)
         if not text.strip():
-            raise DataError(f"{where}: {str(path)!r} is empty")
+            raise DataError(f"{key}: {str(path)!r} is empty; give a file with text in it")
         documents.append(text)
     return documents
 

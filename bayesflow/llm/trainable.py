@@ -15,7 +15,7 @@ from bayesflow.subset import select_tensors
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["apply_trainable", "decoder_layers", "lora_targets"]
+__all__ = ["apply_trainable", "check_lora", "decoder_layers", "lora_targets"]
 
 
 def apply_trainable(
@@ -62,8 +62,14 @@ def lora_targets(model: nn.Module) -> list[str]:
                    if isinstance(module, kinds) and name})
 
 
-def _with_lora(model: nn.Module, spec: LoraSpec, where: str) -> nn.Module:
-    peft = require("peft", where)
+def check_lora(model: nn.Module, spec: LoraSpec, where: str = "model.trainable.lora") -> list[int] | None:
+    """The decoder layers (0-based) that get adapters (None: every one), once the targets
+    and layers are checked against the model (which may live on the meta device).
+
+    Raises:
+        SpecError: a target names no linear module, or a layer is out of range (the
+            message lists the module names or the layer count).
+    """
     available = lora_targets(model)
     unknown = [target for target in spec.target_modules if target not in available]
     if unknown:
@@ -71,16 +77,21 @@ def _with_lora(model: nn.Module, spec: LoraSpec, where: str) -> nn.Module:
             f"{where}.target_modules: {unknown} name no linear module of the model; "
             f"it has: {', '.join(available)}"
         )
+    if spec.layers is None:
+        return None
     count = decoder_layers(model)
-    layers = None
-    if spec.layers is not None:
-        bad = [index for index in spec.layers if not -count <= index < count]
-        if bad:
-            raise SpecError(
-                f"{where}.layers: {bad} out of range; the model has {count} decoder layers "
-                f"(0 to {count - 1}, or -1 for the last)"
-            )
-        layers = sorted({index % count for index in spec.layers})
+    bad = [index for index in spec.layers if not -count <= index < count]
+    if bad:
+        raise SpecError(
+            f"{where}.layers: {bad} out of range; the model has {count} decoder layers "
+            f"(0 to {count - 1}, or -1 for the last)"
+        )
+    return sorted({index % count for index in spec.layers})
+
+
+def _with_lora(model: nn.Module, spec: LoraSpec, where: str) -> nn.Module:
+    peft = require("peft", where)
+    layers = check_lora(model, spec, where)
     config = peft.LoraConfig(
         r=spec.r, lora_alpha=spec.alpha, target_modules=list(spec.target_modules),
         layers_to_transform=layers, lora_dropout=0.0,

@@ -31,6 +31,13 @@ Immer et al., 2021, https://arxiv.org/abs/2008.08400); Laplace for deep networks
   for a misspecified model (Kunstner et al., 2019, https://arxiv.org/abs/1905.12558).
 - The Hessian is positive semi-definite only at a minimum of the negative log
   likelihood; away from a mode Λ may be indefinite, and the engine then says so.
+- On a language model (``likelihood: next_token``, outputs (n, S, V)) an example is a
+  window of S scored tokens and a GGN pass per class is out of reach at V = 32k–128k: the
+  two diagonal methods sum one term per scored token instead
+  (:mod:`bayesflow.llm.curvature`): ``laplace_diag_fisher`` the empirical Fisher
+  ``Σ_t g_t ⊙ g_t``, ``laplace_diag_ggn`` the GGN estimated with one token per position
+  drawn from the model (an unbiased estimate of its diagonal, the same cost). The dense
+  methods are refused there.
 - Dense covariances are d × d: models above
   :data:`~bayesflow.engines.base.DENSE_DIMENSION_LIMIT` parameters are refused.
 
@@ -82,6 +89,7 @@ __all__ = [
     "LaplaceState",
     "build",
     "build_laplace",
+    "per_token",
 ]
 
 Curvature = Callable[["Problem", "Tensor", "Batch"], "Tensor"]
@@ -178,6 +186,11 @@ def build_laplace(
 
     dense = diagonal is not None
     if diagonal is not None:
+        if problem.likelihood == "next_token":
+            raise StageError(
+                f"{name}: a language model's curvature is taken per scored token, diagonal "
+                "only: use laplace_diag_fisher (empirical Fisher) or laplace_diag_ggn (sampled GGN)"
+            )
         check_dense_dimension(name, problem, diagonal)
     temperature, prior_weight = tempering.temperature, tempering.prior_weight
 
@@ -213,7 +226,8 @@ def build(problem: Problem, tempering: Tempering, config: LaplaceSpec) -> Engine
     """Diagonal GGN Laplace ``N(θ*, diag(T / (Σᵢ diag(JᵢᵀHᵢJᵢ) + c·prior_precision)))``."""
     from bayesflow.engines.curvature import diagonal_ggn
 
-    return build_laplace("laplace_diag_ggn", problem, tempering, config, diagonal_ggn)
+    curvature = per_token("laplace_diag_ggn", problem, diagonal_ggn)
+    return build_laplace("laplace_diag_ggn", problem, tempering, config, curvature)
 
 
 def build_diag_fisher(
@@ -222,7 +236,8 @@ def build_diag_fisher(
     """Diagonal empirical-Fisher Laplace ``N(θ*, diag(T / (Σᵢ gᵢ² + c·prior_precision)))``."""
     from bayesflow.engines.curvature import diagonal_fisher
 
-    return build_laplace("laplace_diag_fisher", problem, tempering, config, diagonal_fisher)
+    curvature = per_token("laplace_diag_fisher", problem, diagonal_fisher)
+    return build_laplace("laplace_diag_fisher", problem, tempering, config, curvature)
 
 
 def build_dense_fisher(
@@ -267,6 +282,17 @@ def build_dense_hessian(
     return build_laplace(
         "laplace_dense_hessian", problem, tempering, config, dense_hessian, "laplace_diag_ggn"
     )
+
+
+def per_token(name: str, problem: Problem, curvature: Curvature) -> Curvature:
+    """``curvature`` (one term per example), or on a ``next_token`` problem, whose example
+    is a window of S scored tokens, the token-level one of :mod:`bayesflow.llm.curvature`
+    (one term per scored token: the empirical Fisher, or the GGN from sampled tokens)."""
+    if problem.likelihood != "next_token":
+        return curvature
+    from bayesflow.llm.curvature import token_curvature
+
+    return token_curvature(name, problem)
 
 
 class LaplaceState(NamedTuple):

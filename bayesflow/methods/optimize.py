@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from bayesflow.methods.base import Method, MethodBase, OptimizerSpec, Traits
 
@@ -41,12 +41,21 @@ class OptimizeSpec(MethodBase):
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimiser.")
     epochs: PositiveInt = Field(100, description="Passes over the training data.")
     batch_size: PositiveInt | None = Field(128, description="Minibatch size; null for full batch.")
-    continual: Literal["online", "laplace_prior", "offline"] | None = Field(
+    continual: Literal["online", "laplace_prior", "offline", "single"] | None = Field(
         None,
         description="With data in episodes (`data.episodes`): `online` fits each episode in "
         "turn from the previous parameters (online SGD); `laplace_prior` also makes the "
-        "previous episode's diagonal GGN Laplace posterior the next episode's prior; "
-        "`offline` refits on every episode seen so far. `epochs` are per episode.",
+        "previous episode's diagonal GGN Laplace posterior (on a language model, the diagonal "
+        "empirical Fisher over scored tokens) the next episode's prior; "
+        "`offline` refits on every episode seen so far; `single` fits each episode alone from "
+        "the initial parameters (the single-episode baseline). `epochs` are per episode.",
+    )
+    laplace_strength: PositiveFloat | None = Field(
+        None,
+        description="λ of `continual: laplace_prior` (only there): the next episode's prior "
+        "precision is the previous one plus λ times the episode's diagonal curvature (GGN; on "
+        "a language model the empirical Fisher over scored tokens). null means 1, sequential "
+        "Bayesian updating; the posteriors library's continual LoRA example uses 100.",
     )
 
 

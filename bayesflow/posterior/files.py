@@ -65,10 +65,10 @@ def read_spec(text: str, where: str = "the resolved spec") -> WorkflowSpec:
 
 
 @functools.lru_cache(maxsize=8)
-def _sizes(data: str, base_dir: str) -> tuple[int, int | None, str]:
+def _sizes(data: str, base_dir: str, model: str = "null") -> tuple[int, int | None, str]:
     from bayesflow.data import load_dataset
 
-    dataset = load_dataset(json.loads(data), Path(base_dir))
+    dataset = load_dataset(json.loads(data), Path(base_dir), json.loads(model))
     return dataset.num_features, dataset.num_classes, dataset.x_train.dtype.str
 
 
@@ -93,5 +93,6 @@ def cell_sizes(spec: WorkflowSpec, base_dir: Path | None = None) -> dict[str, An
     """``num_features``, ``num_classes`` and ``input_dtype`` of the spec's data, by loading
     them (once per process and dataset)."""
     data = json.dumps(spec.data.model_dump(mode="json"), sort_keys=True)
-    features, classes, dtype = _sizes(data, str(base_dir or Path.cwd()))
+    model = json.dumps(spec.model.model_dump(mode="json") if spec.data.name == "text" else None, sort_keys=True)
+    features, classes, dtype = _sizes(data, str(base_dir or Path.cwd()), model)
     return {"num_features": features, "num_classes": classes, "input_dtype": dtype}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from bayesflow.posterior.files import PosteriorError, cell_sizes, read_spec
+from bayesflow.posterior.language import language_model_problem, language_model_with
 from bayesflow.stages.evaluate import PREDICTIVE_SEED_OFFSET
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class FittedPosterior:
     param_names: tuple[str, ...]
     param_shapes: tuple[str, ...] = ()
     device: str = "cpu"
+    base_dir: Path | None = None  # a causal_lm's `model.path` is relative to it
     _built: tuple[Problem, Likelihood, nn.Module] | None = field(
         default=None, init=False, repr=False
     )
@@ -100,13 +102,14 @@ class FittedPosterior:
             cell.update(cell_sizes(spec, Path(base_dir or Path(spec_file).parent)))
         names = tuple(str(name) for name in arrays.get("param_names", ()))
         shapes = tuple(str(shape) for shape in arrays.get("param_shapes", ()))
-        return cls(Posterior.from_arrays(arrays), spec, cell, names, shapes, device)
+        folder = Path(base_dir or Path(spec_file).parent)
+        return cls(Posterior.from_arrays(arrays), spec, cell, names, shapes, device, folder)
 
     def _build(self) -> tuple[Problem, Likelihood, nn.Module]:
         """The network and flat-parameter problem, as the fit stage built them, checked
         against the tensors the posterior holds."""
         if self._built is None:
-            built = _build_problem(self.spec, self.cell, self.device)
+            built = _build_problem(self.spec, self.cell, self.device, self.base_dir)
             problem = built[0]
             tensors = [
                 f"{name}: {'x'.join(map(str, shape)) or 'scalar'}"
@@ -309,7 +312,7 @@ class FittedPosterior:
         import torch
         from torch.nn.utils import vector_to_parameters
 
-        _, _, network = self._build()
+        problem, _, network = self._build()
         if params is None:
             samples = self.posterior.samples
             params = samples.mean(0) if samples is not None else self.posterior.mean
@@ -319,6 +322,8 @@ class FittedPosterior:
                 f"module() takes one flat parameter vector of shape ({self.dimension},), got "
                 f"{tuple(values.shape)}; pass one row of sample()"
             )
+        if self.spec.model.name == "causal_lm":  # only the trainable tensors are in params
+            return language_model_with(problem, values)
         network = copy.deepcopy(network)
         with torch.no_grad():
             vector_to_parameters(values.to(next(network.parameters()).dtype), network.parameters())
@@ -355,7 +360,7 @@ def _generator(seed: int | None) -> torch.Generator:
 
 
 def _build_problem(
-    spec: WorkflowSpec, cell: dict[str, Any], device: str
+    spec: WorkflowSpec, cell: dict[str, Any], device: str, base_dir: Path | None = None
 ) -> tuple[Problem, Likelihood, nn.Module]:
     """Rebuild the network and problem as ``WorkflowContext.problem`` does: the likelihood's
     outputs from ``num_classes``, the model seeded with the fit's seed (a network with
@@ -365,6 +370,8 @@ def _build_problem(
     from bayesflow.priors import none
     from bayesflow.problem import build_network, build_problem
 
+    if spec.model.name == "causal_lm":
+        return language_model_problem(spec, device, base_dir)  # type: ignore[no-any-return]
     num_classes = cell.get("num_classes")
     with torch.random.fork_rng(devices=[]):  # leave the caller's random state as it was
         likelihood, module = build_network(

@@ -75,6 +75,12 @@ def _from_path(path: Path, device: str) -> FittedPosterior:
     if posterior is None or spec is None:
         found = ((POSTERIOR_FILE, posterior), (SPEC_FILE, spec))
         missing = [name for name, file in found if file is None]
+        if (folder / "base_model.json").is_file():  # bayesflow.llm.product's files
+            raise PosteriorError(
+                f"load_posterior: {path} is a language model's posterior (base_model.json, no "
+                f"{SPEC_FILE}); load it with bayesflow.llm.product.load_lm_posterior({str(folder)!r}), "
+                "or pass the fit run id"
+            )
         raise PosteriorError(
             f"load_posterior: {path} lacks {' and '.join(missing)}; pass a folder holding a "
             f"fit's {POSTERIOR_FILE} and its run's spec/{SPEC_FILE} (plus {CELL_FILE} for the "

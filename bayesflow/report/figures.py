@@ -60,6 +60,7 @@ METRIC_LABELS: dict[str, str] = {
     "test_ece": "test ECE (expected calibration error, lower is better)",
     "test_brier": "test Brier score (mean per point, lower is better)",
     "test_rmse": "test RMSE of the predictive mean (lower is better)",
+    "test_perplexity": "test perplexity per scored token (lower is better)",
     "fit_seconds": "fit time (seconds)",
     "steps": "update steps",
 }

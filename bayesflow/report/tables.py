@@ -54,7 +54,7 @@ FLAG_PREFIX = "flag/"  # stages/table.py names the columns: FLAG_COLUMN = "flag/
 MARK = "⚠"
 """Follows a number that a flag concerns; the flags are listed under the table."""
 
-TABLE_METRICS = ("test_nll", "test_accuracy", "test_ece", "test_brier", "test_rmse")
+TABLE_METRICS = ("test_nll", "test_perplexity", "test_accuracy", "test_ece", "test_brier", "test_rmse")
 CHOSEN_ON = "chosen on"  # the column saying which rows chose the best temperature
 # The evaluate stage names a test metric computed on the validation rows ``val_<name>``
 # (bayesflow.evaluate.conventions.VALIDATION_PREFIX; the report does not import it).

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from bayesflow.spec.datasets import DataSpec, ImdbSpec
+from bayesflow.spec.llm import CausalLMSpec
 from bayesflow.spec.strict import Strict
 
 # What a dataset feeds a model (``INPUTS`` of a data spec: numeric ``features``, integer
@@ -156,7 +157,8 @@ class DoubleWellSpec(Strict):
 
 ModelSpec = Annotated[
     Union[
-        MLPSpec, LinearSpec, LogisticSpec, CNNSpec, CNNLSTMSpec, PythonModelSpec, DoubleWellSpec
+        MLPSpec, LinearSpec, LogisticSpec, CNNSpec, CNNLSTMSpec, PythonModelSpec, DoubleWellSpec,
+        CausalLMSpec,
     ],
     Field(discriminator="name"),
 ]
@@ -195,8 +197,18 @@ class EnergySpec(Strict):
     TASK: ClassVar[str] = "energy"
 
 
+class NextTokenSpec(Strict):
+    """The categorical likelihood of each window's scored tokens under a causal language
+    model (`causal_lm` with `text` data): every scored token is one datum, so N is
+    windows × scored tokens and the temperature convention holds as for any model."""
+
+    name: Literal["next_token"] = Field(description="Registry name of the likelihood.")
+    TASK: ClassVar[str] = "classification"
+
+
 LikelihoodSpec = Annotated[
-    Union[CategoricalSpec, BernoulliSpec, GaussianSpec, EnergySpec], Field(discriminator="name")
+    Union[CategoricalSpec, BernoulliSpec, GaussianSpec, EnergySpec, NextTokenSpec],
+    Field(discriminator="name"),
 ]
 
 # ----------------------------------------------------------------------------- prior

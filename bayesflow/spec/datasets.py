@@ -11,9 +11,12 @@ from typing import Annotated, ClassVar, Literal, Union
 from pydantic import Field, PositiveInt, field_validator
 
 from bayesflow.spec.strict import Strict
+from bayesflow.spec.text import TextSpec
 from bayesflow.spec.user_data import PythonDataSpec
 
-__all__ = ["CsvSpec", "DataSpec", "ImdbSpec", "NoDataSpec", "SklearnDigitsSpec", "validation_field"]
+__all__ = [
+    "CsvSpec", "DataSpec", "ImdbSpec", "NoDataSpec", "SklearnDigitsSpec", "TextSpec", "validation_field",
+]
 
 
 def validation_field(rows: str) -> float:
@@ -162,5 +165,6 @@ class NoDataSpec(Strict):
 
 
 DataSpec = Annotated[
-    Union[SklearnDigitsSpec, CsvSpec, ImdbSpec, NoDataSpec, PythonDataSpec], Field(discriminator="name")
+    Union[SklearnDigitsSpec, CsvSpec, ImdbSpec, NoDataSpec, PythonDataSpec, TextSpec],
+    Field(discriminator="name"),
 ]

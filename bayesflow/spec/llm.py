@@ -1,13 +1,14 @@
 """The settings of a causal language model (torch-free): where it comes from and which of
 its tensors are inferred.
 
-Not yet a member of the spec's ``model`` union: :mod:`bayesflow.llm` builds models and
-problems from these classes in Python (docs/llm.md says what is wired and what is not).
+``causal_lm`` is a member of the spec's ``model`` union (:mod:`bayesflow.spec.blocks`); it
+reads ``text`` data (:mod:`bayesflow.spec.text`) under the ``next_token`` likelihood, and
+:mod:`bayesflow.llm` builds models and problems from these classes.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
@@ -56,13 +57,16 @@ class CausalLMSpec(Strict):
     models, nothing downloaded) or loaded from a local folder (`path`, never fetched)."""
 
     name: Literal["causal_lm"] = Field(description="Registry name of the model.")
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"text_tokens"})
     family: Literal["llama", "gpt2"] | None = Field(
         None, description="Architecture of a model built from a config (random weights); "
         "null with `path`."
     )
     path: str | None = Field(
         None, description="A local folder with the model's `config.json`, its weights "
-        "(`*.safetensors` or `*.bin`) and tokenizer; read with local_files_only."
+        "(`*.safetensors` or `*.bin`) and tokenizer, relative to the spec file, or "
+        "`package:NAME` for a folder shipped with bayesflow (`package:lm/checkpoint`); read "
+        "with local_files_only."
     )
     vocab_size: PositiveInt = Field(256, description="Token ids (config-built models).")
     hidden_size: PositiveInt = Field(32, description="Width of the residual stream.")

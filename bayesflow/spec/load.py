@@ -253,7 +253,7 @@ def _check_template(spec: WorkflowSpec) -> list[tuple[tuple[str, ...], str]]:
 # Keys holding a file or folder path. Written in a spec file they are relative to that
 # file; given on the command line they are relative to the working directory, as a user
 # typing `data.path=../data` next to a bundled workflow expects.
-PATH_KEYS = (("data", "path"), ("evaluate", "reference", "file"))
+PATH_KEYS = (("data", "path"), ("data", "csv"), ("model", "path"), ("evaluate", "reference", "file"))
 
 
 def _anchor_override_paths(config: Any, locations: dict[tuple[str, ...], Location]) -> None:

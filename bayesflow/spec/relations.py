@@ -11,6 +11,8 @@ import math
 from typing import Any
 
 from bayesflow.methods.registry import METHODS
+from bayesflow.spec.llm_checks import language_model_problems
+from bayesflow.spec.statements import statements_problems
 
 __all__ = ["cross_check"]
 
@@ -28,7 +30,7 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
     per-field problem, not only once the rest of the spec is valid.
     """
     problems = _vocabulary_problems(data) + _input_problems(data) + _held_out_problems(data)
-    problems += _split_problems(data)
+    problems += _split_problems(data) + language_model_problems(data) + statements_problems(data)
     methods = data.get("methods") if isinstance(data, dict) else None
     if not isinstance(methods, dict):
         return problems
@@ -44,6 +46,10 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
             problems.append((("methods", name, "continual"),
                 "needs data that arrive in episodes; set `data.episodes` (e.g. 5 for "
                 "sklearn_digits)"))
+        if method.get("laplace_strength") is not None and method.get("continual") != "laplace_prior":
+            problems.append((("methods", name, "laplace_strength"),
+                ("weights the Laplace posterior carried between episodes and applies only with "
+                 "`continual: laplace_prior`; set that or remove laplace_strength")))
         source, engine = method.get("from"), method.get("engine")
         traits = _traits(engine)
         if has_zero and traits is not None and traits.positive_temperature:

@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from bayesflow.spec.statements import StatementsSpec
 from bayesflow.spec.strict import Strict
 
 __all__ = [
@@ -184,6 +185,12 @@ class EvaluateSpec(Strict):
         description="What every fit is compared with: `{method: nuts}` (a method of the "
         "run; `reference: nuts` is short for it) or `{file: probs.csv}` (reference class "
         "probabilities); docs/metrics.md, \"Against a reference\". Null: none.",
+    )
+    statements: StatementsSpec | None = Field(
+        None,
+        description="A causal language model's last-word evaluation on statements, in "
+        "distribution and out of it (`statements_*` metrics; docs/llm.md), e.g. "
+        "`{in_distribution: package:lm/statements/science.txt, ood: cipher}`. Null: off.",
     )
 
     @field_validator("reference", mode="before", json_schema_input_type=str | ReferenceSpec | None)

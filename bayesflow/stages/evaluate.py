@@ -8,7 +8,8 @@ Beyond the predictive metrics (``docs/metrics.md``): with ``evaluate.ksd``, the 
 Stein discrepancy of its samples against the tempered target; with ``evaluate.reference``,
 its distances to the reference method's fit at the same temperature and seed (the stage's
 second input), and the agreement of the two predictives (:mod:`bayesflow.stages.agreement`,
-the reference's evaluation its third input). Saves the per-point arrays (probabilities, uncertainties) as
+the reference's evaluation its third input); with ``evaluate.statements``, a language
+model's last-word scores (:mod:`bayesflow.stages.statements`). Saves the per-point arrays (probabilities, uncertainties) as
 ``evaluation.npz`` when there are any.
 """
 
@@ -98,6 +99,13 @@ def evaluate(
             context, stage, problem, likelihood, posterior, arrays, judged, generator,
             prediction_of(context, stage, posterior),
         )
+        metrics.update(scores)
+        conventions.update(notes)
+        arrays.update(added)
+    if settings.statements is not None:  # a language model's last words: stages/statements.py
+        from bayesflow.stages.statements import statement_evaluation
+
+        scores, notes, added = statement_evaluation(context, stage, problem, posterior)
         metrics.update(scores)
         conventions.update(notes)
         arrays.update(added)

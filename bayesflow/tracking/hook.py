@@ -318,13 +318,21 @@ class TrackingHook:
     def _log_model(self, stage: Stage, run_id: str, fit: FitArtefact) -> None:
         """The fit as an MLflow pyfunc model (``runs:/<id>/model``), for MLflow stores only
         (a tracker whose ``uri`` names one; a wrapper of an ``MlflowTracker`` too):
-        ``mlflow.pyfunc.load_model(...).predict(features)`` gives its posterior predictive."""
+        ``mlflow.pyfunc.load_model(...).predict(features)`` gives its posterior predictive.
+        A language model's fit has none: it logs ``posterior/base_model.json`` beside its
+        posterior (``bayesflow.load_posterior`` or ``llm.product.load_lm_posterior`` read them)."""
+        loaded = self._loaded(stage)
+        if loaded.spec.model.name == "causal_lm":
+            from bayesflow.llm.product import REFERENCE, base_model_text
+
+            text = base_model_text(loaded.spec.model, int(loaded.spec.data.model_dump()["scored"]))
+            self.tracker.log_text(run_id, text, f"posterior/{REFERENCE}")
+            return
         uri = getattr(self.tracker, "uri", None)
         if not isinstance(uri, str) or uri.startswith("memory:"):
             return
         from bayesflow.tracking.pyfunc import log_posterior_model
 
-        loaded = self._loaded(stage)
         log_posterior_model(
             run_id, fit.posterior, loaded.to_yaml(), fit_parameters(loaded, stage),
             uri, base_dir=loaded.base_dir,

@@ -280,6 +280,9 @@ def test_equal_keys_are_computed_once(tmp_path: Path, kind: str) -> None:
         assert sorted(outcome.status[name] for name in ("fit/a1", "fit/a2")) == ["cached", "ran"]
         assert sorted(outcome.status[n] for n in ("evaluate/a1", "evaluate/a2")) == ["cached", "ran"]
         assert outcome.entries["fit/a1"] == outcome.entries["fit/a2"] and outcome.ok
+        # the summary can tell those apart from outputs of an earlier run
+        cached = {name for name, status in outcome.status.items() if status == "cached"}
+        assert outcome.shared == cached and len(cached) == 2
 
 
 def test_equal_key_of_a_failed_stage_fails_without_computing(tmp_path: Path) -> None:

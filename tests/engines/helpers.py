@@ -167,6 +167,7 @@ SMALL_CONFIGS: dict[str, dict[str, Any]] = {
     "sgmcmc_wenzel": {**SAMPLER, "schedule": {"kind": "cyclical", "cycles": 2}},
     "nuts": {"warmup": 4, "num_samples": 3, "chains": 2},
     "conjugate_linear": {},
+    "base": {},
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -64,6 +65,14 @@ def test_folder_errors_name_what_is_missing(tmp_path) -> None:
     (folder / "model.safetensors").write_bytes(b"")
     with pytest.raises(SpecError, match=r"lacks a tokenizer \("):
         build_causal_lm({**config, "path": str(folder)})
+
+
+def test_package_folder_resolves_under_the_shipped_files() -> None:
+    """`package:NAME` is a folder of bayesflow/data/files, whatever the spec's folder."""
+    from bayesflow.llm.source import check_folder
+
+    with pytest.raises(SpecError, match=r"no folder .*bayesflow/data/files/lm/no_such_model"):
+        check_folder("package:lm/no_such_model", Path("/elsewhere"))
 
 
 def test_spec_refuses_two_sources_and_bad_heads() -> None:

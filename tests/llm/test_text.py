@@ -73,7 +73,7 @@ def test_episodes_hold_out_the_end_of_every_document() -> None:
     assert text(episodes.x_test[episodes.episode_test == 1]) == {"D" * 10}
     assert (episodes.episode_train == 0).sum() == 8 and (episodes.episode_test == 1).sum() == 2
     np.testing.assert_array_equal(episodes.y_train, episodes.x_train[:, -3:])
-    with pytest.raises(DataError, match="document 1 .20 bytes. gives no test window of 10 bytes"):
+    with pytest.raises(DataError, match="document 1 .20 tokens. gives no test window of 10 tokens"):
         episode_windows(["x" * 100, "y" * 20], 10, 5, 2, test_fraction=0.15)
     with pytest.raises(DataError, match="test_fraction: must lie in"):
         episode_windows(documents, 10, 5, 2, test_fraction=1.0)

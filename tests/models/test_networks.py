@@ -121,4 +121,7 @@ def test_registry_matches_the_spec() -> None:
 
     union = get_args(ModelSpec)[0]
     named = {get_args(spec.model_fields["name"].annotation)[0] for spec in get_args(union)}
-    assert named == set(MODELS.names())
+    # a causal language model is built by bayesflow.llm (its frozen weights held once per
+    # process, never flattened into a problem), not by the model registry
+    assert "causal_lm" in named and "causal_lm" not in MODELS.names()
+    assert named - {"causal_lm"} == set(MODELS.names())

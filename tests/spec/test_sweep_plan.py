@@ -134,9 +134,9 @@ def test_data_are_loaded_once_per_distinct_data_block(spec_path: Path, monkeypat
     loads: list[dict[str, Any]] = []
     real = bayesflow.variants.load_dataset
 
-    def counting(config: dict[str, Any], base_dir: Path | None = None) -> Any:
+    def counting(config: dict[str, Any], base_dir: Path | None = None, model: Any = None) -> Any:
         loads.append(config)
-        return real(config, base_dir)
+        return real(config, base_dir, model)
 
     monkeypatch.setattr(bayesflow.variants, "load_dataset", counting)
     sweep = bayesflow.load(

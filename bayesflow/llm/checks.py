@@ -1,0 +1,102 @@
+"""What ``bayesflow validate`` checks of a ``causal_lm`` spec before any weight is read.
+
+The extra is installed; a model folder holds a config, weights and a tokenizer; a window
+fits the model's context; the tokens (bytes, or the folder's tokenizer) fit its vocabulary; every LoRA target, layer and
+parameter glob names something in the model. The model's structure comes from its config
+alone, built on torch's ``meta`` device (no memory, no weights: a folder's ``config.json``
+is the only file read), so the check costs the same for a tiny model and for an 8B one.
+Each problem is a :class:`~bayesflow.errors.SpecError` starting with the spec key at
+fault (``model.trainable.lora.target_modules: ...``), which the loader points at its line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bayesflow.errors import SpecError
+from bayesflow.llm.extra import require
+from bayesflow.llm.text import BYTE_VOCABULARY
+
+__all__ = ["check_language_model", "structure_of"]
+
+
+def structure_of(model_spec: Any, base_dir: Path | None) -> Any:
+    """The model of ``model_spec`` on the meta device: its modules, parameter names and
+    shapes and its config, without weights.
+
+    Raises:
+        SpecError: the extra is missing, or the folder lacks config, weights or tokenizer.
+    """
+    import torch
+
+    from bayesflow.llm.source import check_folder, config_of
+
+    transformers = require("transformers")
+    if model_spec.trainable.lora is not None:
+        require("peft", "model.trainable.lora")
+    if model_spec.path is not None:
+        folder = check_folder(model_spec.path, base_dir)
+        try:
+            config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        except (OSError, ValueError) as error:
+            raise SpecError(f"model.path: {str(folder)!r}: its config.json cannot be read ({error})") from error
+        config._attn_implementation = model_spec.attention
+    else:
+        config = config_of(model_spec)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def check_language_model(spec: Any, base_dir: Path | None) -> None:
+    """Refuse a ``causal_lm`` spec that could not run (see the module docstring).
+
+    Raises:
+        SpecError: the first problem found, its message starting with the spec key.
+    """
+    from bayesflow.llm.problem import context_of
+    from bayesflow.llm.trainable import check_lora
+    from bayesflow.subset import select_tensors
+
+    model_spec, data = spec.model, spec.data
+    model = structure_of(model_spec, base_dir)
+    context = context_of(model)
+    length = getattr(data, "length", None)
+    if isinstance(length, int) and length > context:
+        raise SpecError(
+            f"data.length: windows of {length} tokens exceed the model's context of {context} "
+            f"tokens; use length <= {context}"
+        )
+    vocabulary = int(getattr(model.config, "vocab_size", 0) or 0)
+    if getattr(data, "tokenizer", None) == "bytes" and vocabulary < BYTE_VOCABULARY:
+        key = "model.vocab_size" if model_spec.path is None else "data.tokenizer"
+        raise SpecError(
+            f"{key}: the byte tokenizer gives token ids 0-{BYTE_VOCABULARY - 1}, but the model's "
+            f"vocabulary has {vocabulary}; use vocab_size >= {BYTE_VOCABULARY}"
+            + ("" if model_spec.path is None else ", or `tokenizer: model`")
+        )
+    if getattr(data, "tokenizer", None) == "model" and model_spec.path is not None:
+        _check_folder_vocabulary(model_spec.path, base_dir, vocabulary)
+    trainable = model_spec.trainable
+    if trainable.lora is not None:
+        check_lora(model, trainable.lora, "model.trainable.lora")
+    else:
+        select_tensors(trainable.parameters, [name for name, _ in model.named_parameters()],
+                       "model.trainable.parameters")
+
+
+def _check_folder_vocabulary(path: str, base_dir: Path | None, vocabulary: int) -> None:
+    """The folder's tokenizer must give no id past the model's vocabulary (without
+    :mod:`bayesflow.llm.tokenizer` the data loader says so)."""
+    from bayesflow.llm.source import check_folder
+
+    try:
+        from bayesflow.llm.tokenizer import folder_vocabulary
+    except ImportError:
+        return
+    tokens = folder_vocabulary(check_folder(path, base_dir))
+    if tokens > vocabulary:
+        raise SpecError(
+            f"data.tokenizer: the model folder's tokenizer has {tokens} token ids, but the model's "
+            f"vocabulary has {vocabulary}; use the tokenizer the model was trained with"
+        )

@@ -1,0 +1,121 @@
+"""Cross-key checks of a spec with a causal language model, on the raw mapping (torch-free).
+
+A ``causal_lm`` model reads ``text`` data under the ``next_token`` likelihood, and only
+those go together (the data/model pair is :func:`bayesflow.spec.relations.cross_check`'s
+``ACCEPTS`` check). A method runs on a language model when its engine takes gradients and
+log posteriors of the whole batch: every method but those whose traits say they take one
+gradient or curvature row per example (``per_window``: EKF), a curvature other than the
+token Fisher (the dense and KFAC Laplaces), or a closed form for other models
+(``models``: the conjugate linear model). What needs the model's structure (its context,
+its modules) is :mod:`bayesflow.llm.checks`, run with the data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bayesflow.methods.registry import METHODS
+
+__all__ = ["LM_CURVATURES", "language_model_methods", "language_model_problems"]
+
+Problem = tuple[tuple[str, ...], str]
+
+# The Laplace curvatures that run on a language model, one term per scored token
+# (bayesflow.llm.curvature): the empirical Fisher, and the GGN from sampled tokens.
+LM_CURVATURES = frozenset({"diag_fisher", "diag_ggn"})
+
+
+def _runs_on_language_model(traits: Any) -> bool:
+    return (traits.per_window and (traits.curvature is None or traits.curvature in LM_CURVATURES)
+            and (traits.models is None or "causal_lm" in traits.models))
+
+
+def language_model_methods() -> list[str]:
+    """The engines that run on a causal language model, by name."""
+    return [method.name for method in METHODS if _runs_on_language_model(method.traits)]
+
+
+def _name(data: dict[str, Any], block: str) -> Any:
+    section = data.get(block)
+    return section.get("name") if isinstance(section, dict) else None
+
+
+def language_model_problems(data: Any) -> list[Problem]:
+    """Problems of a spec whose model is ``causal_lm`` or whose likelihood is ``next_token``."""
+    if not isinstance(data, dict):
+        return []
+    model, likelihood = _name(data, "model"), _name(data, "likelihood")
+    if model != "causal_lm" and likelihood != "next_token":
+        return []
+    if model != "causal_lm":
+        return [(("likelihood", "name"),
+                 (f"next_token scores the tokens of a causal language model, but `model.name` is "
+                 f"{model!r}; use `model: {{name: causal_lm, ...}}` with `data: {{name: text, ...}}`, "
+                 "or another likelihood"))]
+    problems: list[Problem] = []
+    if likelihood is not None and likelihood != "next_token":
+        problems.append((("likelihood", "name"),
+                         (f"a causal_lm model predicts the next token of each window: use "
+                         f"`likelihood: {{name: next_token}}`, not {likelihood!r}")))
+    problems += _data_problems(data)
+    problems += _evaluate_problems(data)
+    methods = data.get("methods")
+    if isinstance(methods, dict):
+        runs = ", ".join(language_model_methods())
+        for name, method in methods.items():
+            engine = method.get("engine") if isinstance(method, dict) else None
+            if isinstance(engine, str) and engine in METHODS and not _runs_on_language_model(METHODS.get(engine).traits):
+                problems.append((("methods", str(name), "engine"),
+                                 (f"{engine} cannot run on a causal language model (it needs one "
+                                 f"gradient or curvature row per example, or a closed form); "
+                                 f"methods that can: {runs}")))
+            prediction = method.get("prediction") if isinstance(method, dict) else None
+            if isinstance(prediction, str) and prediction != "sampled":
+                problems.append((("methods", str(name), "prediction"),
+                                 (f"{prediction!r} linearises the network's outputs, a window's "
+                                 "scored tokens × the vocabulary for a language model; use `sampled`")))
+    return problems
+
+
+def _data_problems(data: dict[str, Any]) -> list[Problem]:
+    dataset, model = data.get("data"), data.get("model")
+    if not isinstance(dataset, dict) or not isinstance(model, dict) or dataset.get("name") != "text":
+        return []
+    problems: list[Problem] = []
+    length, scored = dataset.get("length", 64), dataset.get("scored", 16)
+    if all(isinstance(value, int) and not isinstance(value, bool) for value in (length, scored)):
+        if scored >= length:
+            problems.append((("data", "scored"),
+                             (f"is {scored}, but a window has {length} tokens (data.length) and a "
+                             "scored token needs one before it; use scored < length")))
+        context = model.get("context", 128)
+        if model.get("path") is None and isinstance(context, int) and length > context:
+            problems.append((("data", "length"),
+                             (f"windows of {length} tokens exceed the model's context of {context} "
+                             f"tokens (model.context); use length <= {context}, or a larger context")))
+    if dataset.get("tokenizer") == "model" and model.get("path") is None:
+        problems.append((("data", "tokenizer"),
+                         ("`model` reads the tokenizer of the model folder, but the model is built "
+                         "from a config (no `model.path`); use `tokenizer: bytes`")))
+    return problems
+
+
+def _evaluate_problems(data: dict[str, Any]) -> list[Problem]:
+    evaluate = data.get("evaluate")
+    if not isinstance(evaluate, dict):
+        return []
+    problems: list[Problem] = []
+    if evaluate.get("prior_predictive") is True:
+        problems.append((("evaluate", "prior_predictive"),
+                         ("the prior predictive check draws whole networks from the prior; a "
+                         "language model's frozen weights are not drawn; set it to false")))
+    if evaluate.get("reference") is not None:
+        problems.append((("evaluate", "reference"),
+                         ("compares class probabilities per test point; a language model's predictive is "
+                          "one per scored token over the vocabulary, which is not compared yet; remove it")))
+    prediction = evaluate.get("prediction")
+    if isinstance(prediction, str) and prediction != "sampled":
+        problems.append((("evaluate", "prediction"),
+                         (f"{prediction!r} linearises the network's outputs, a window's scored "
+                         "tokens × the vocabulary for a language model; use `sampled`")))
+    return problems

@@ -1,0 +1,95 @@
+"""``evaluate.statements`` in a run: every fit of a language model logs the statements
+metrics and saves the per-statement arrays; the base model's row is the pretrained
+model's own last-word NLL; a statements file that cannot serve is a located spec error
+at validate."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import bayesflow
+from bayesflow.errors import SpecError
+from bayesflow.llm import build_causal_lm
+from bayesflow.llm.statements import cipher, encode_statements, read_statements
+from bayesflow.spec import load_spec
+from bayesflow.tracking import InMemoryTracker
+from bayesflow.variants import load_data
+from tests.llm.spec_helpers import lm_spec, tiny_lm, write_spec
+
+STATEMENTS = Path(__file__).parent / "files" / "statements.txt"
+METHODS = {
+    "base": {"engine": "base"},
+    "map": {"engine": "map", "optimizer": {"name": "adamw", "lr": 0.01}, "epochs": 1, "batch_size": 8},
+    "ensemble": {"engine": "deep_ensemble", "members": 3, "optimizer": {"name": "adamw", "lr": 0.05},
+                 "epochs": 1, "batch_size": 8},
+}
+
+
+def statements_spec(folder: Path, **statements: Any) -> dict[str, Any]:
+    shutil.copy(STATEMENTS, folder / "statements.txt")
+    return lm_spec(folder, methods=METHODS, evaluate={
+        "n_samples": 3, "statements": {"in_distribution": "statements.txt", **statements}})
+
+
+def test_every_fit_logs_the_statements_metrics_and_arrays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One row per method with the statements metrics: EU = 0 and an EU AUROC of 0.5 for
+    the one-vector fits (base, MAP), EU > 0 for the ensemble; the per-statement arrays
+    are in evaluation.npz; the base model's NLL is the pretrained model's own."""
+    monkeypatch.chdir(tmp_path)
+    spec = {**statements_spec(tmp_path), "execution": {"cache_dir": str(tmp_path / "cache")}}
+    tracker = InMemoryTracker(tmp_path / "artifacts")
+    result = bayesflow.run(bayesflow.load(write_spec(tmp_path, spec)), tracker=tracker)
+    assert result.exit_code == 0, result.outcome.errors
+    frame = bayesflow.results(result.run_id, tracker=tracker).set_index("method")
+    assert set(frame.index) == set(METHODS)
+    for method in ("base", "map"):
+        assert frame.loc[method, "statements_eu_in"] == 0 and frame.loc[method, "statements_auroc_eu"] == 0.5
+    assert frame.loc["ensemble", "statements_eu_in"] > 0
+    assert frame[["statements_auroc_tu", "statements_auroc_eu"]].apply(lambda v: v.between(0, 1)).all().all()
+    arrays = bayesflow.evaluations(result.run_id, tracker=tracker)
+    assert len(arrays) == 3
+    for found in arrays.values():
+        for name in ("nll", "tu", "au", "eu"):
+            assert found[f"statements_{name}_in"].shape == found[f"statements_{name}_ood"].shape == (7,)
+    # the pretrained model itself, one statement at a time: the base row's mean NLL
+    torch.manual_seed(0)
+    model, _ = build_causal_lm(tiny_lm())
+    texts = read_statements(STATEMENTS)
+    for suffix, statements in (("in", texts), ("ood", cipher(texts, 0))):
+        nll = []
+        with model.disable_adapter(), torch.no_grad():
+            for tokens, start in encode_statements(statements):
+                logits = model(torch.as_tensor(tokens)[None], use_cache=False).logits[0, start - 1 : -1]
+                nll.append(-float(logits.double().log_softmax(-1)[np.arange(len(tokens) - start), tokens[start:]].sum()))
+        assert frame.loc["base", f"statements_nll_{suffix}"] == pytest.approx(np.mean(nll), rel=1e-5)
+
+
+@pytest.mark.parametrize(("statements", "content", "expected"), [
+    ({"in_distribution": "absent.txt"}, None, "evaluate.statements.in_distribution: no file"),
+    ({"ood": "empty.txt"}, b"", "evaluate.statements.ood: '"),
+    ({"in_distribution": "latin1.txt"}, "Caf\u00e9 au lait.\n".encode("latin-1"),
+     "evaluate.statements.in_distribution: '"),
+])
+def test_a_statements_file_that_cannot_serve_is_located_at_validate(
+    tmp_path: Path, statements: dict[str, str], content: bytes | None, expected: str
+) -> None:
+    """Missing, empty, not UTF-8: a spec error at the key's line of the spec file."""
+    if content is not None:
+        (tmp_path / next(iter(statements.values()))).write_bytes(content)
+    path = write_spec(tmp_path, statements_spec(tmp_path, **statements))
+    with pytest.raises(SpecError) as caught:
+        load_data(load_spec(path))
+    (problem,) = caught.value.problems
+    lines = path.read_text().splitlines()
+    key = next(iter(statements))
+    line = next(number for number, text in enumerate(lines, 1) if text.strip().startswith(f"{key}:"))
+    assert problem.startswith(f"{path}:{line}:")
+    assert expected in problem
