@@ -12,7 +12,9 @@ A batch is ``(inputs, targets)`` shared by every chain of the state, or a
 chain's own shuffled order, see :mod:`bayesflow.engines.fit`).
 
 Engines never log, write files or read YAML; the fit stage drives them and tracks
-what they return in ``aux``.
+what they return in ``aux``. The optimising engines (``map``, ``mle``, ``deep_ensemble``,
+``vi_*``) update their state's tensors in place (copied once in ``init``; see
+:mod:`bayesflow.engines.optimize`): a state given to their ``update`` is consumed.
 
 :func:`linearized_outputs` is the Gaussian posteriors' second predictive: parameter
 samples pushed through the network linearised around the posterior mean.
