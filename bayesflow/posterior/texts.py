@@ -21,6 +21,7 @@ padded on the right (attention is causal: padding is never read by the scored po
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,7 @@ def check_texts(texts: Any) -> list[str]:
         raise PosteriorError(f"expected a non-empty list of texts, got {type(texts).__name__}")
     for row, value in enumerate(values):
         if not isinstance(value, str):
-            missing = value is None or value != value  # None, or pandas' NaN
+            missing = value is None or (isinstance(value, float) and math.isnan(value))  # pandas' NaN
             got = "a missing value" if missing else f"{type(value).__name__} {value!r}"
             raise PosteriorError(f"{TEXT_COLUMN} row {row}: expected a string, got {got}")
         if not value:

@@ -53,6 +53,7 @@ __all__ = [
     "MODEL_PATH",
     "PosteriorModel",
     "log_posterior_model",
+    "model_files",
     "prediction_frame",
     "store_model",
 ]
@@ -157,15 +158,23 @@ def log_posterior_model(
     record = {**cell_of(cell), "run_id": run_id}
     if record.get("num_features") is None:
         record.update(cell_sizes(spec, base_dir))
+    with model_files(run_id, tracking_uri) as folder:
+        _save_and_log(folder, run_id, posterior_npz, text, spec, record, tracking_uri)
+    return f"runs:/{run_id}/{MODEL_PATH}"
+
+
+@contextmanager
+def model_files(run_id: str, tracking_uri: str) -> Iterator[Path]:
+    """A temporary folder to write a fit's model in; a failure of MLflow or the disk there
+    is a :class:`TrackingError` that says what to check."""
     try:
         with tempfile.TemporaryDirectory() as folder:
-            _save_and_log(Path(folder), run_id, posterior_npz, text, spec, record, tracking_uri)
+            yield Path(folder)
     except (MlflowException, OSError) as exc:
         raise TrackingError(
             f"logging the pyfunc model of fit run {run_id} to {tracking_uri} failed: {exc}; "
             "check that the store is writable (the fit's posterior is logged regardless)"
         ) from exc
-    return f"runs:/{run_id}/{MODEL_PATH}"
 
 
 def _save_and_log(

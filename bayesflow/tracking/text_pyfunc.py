@@ -19,17 +19,14 @@ resolve inside the installed bayesflow), which must exist where the model is loa
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import yaml
-from mlflow.exceptions import MlflowException
 from mlflow.pyfunc.model import PythonModel
 
-from bayesflow.errors import TrackingError
 from bayesflow.posterior import (
     CELL_FILE,
     MODEL_PATH,
@@ -39,7 +36,7 @@ from bayesflow.posterior import (
     read_spec,
 )
 from bayesflow.posterior.texts import SCORE_COLUMNS, TEXT_COLUMN, score_texts
-from bayesflow.tracking.pyfunc import store_model
+from bayesflow.tracking.pyfunc import model_files, store_model
 
 __all__ = ["TextPosteriorModel", "log_text_model", "portable_spec"]
 
@@ -123,20 +120,13 @@ def log_text_model(
     _, vocabulary = encode_documents([], spec.data, model, base_dir)
     sizes = {"num_features": spec.data.length, "num_classes": vocabulary, "input_dtype": np.dtype(np.int64).str}
     record = {**cell_of(cell), "run_id": run_id, **sizes}
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            files = Path(folder)
-            (files / SPEC_FILE).write_text(text)
-            (files / CELL_FILE).write_text(json.dumps(record, indent=1))
-            (files / REFERENCE).write_text(base_model_text(spec.model, spec.data.scored))
-            sources = {"posterior": Path(posterior_npz), "spec": files / SPEC_FILE,
-                       "cell": files / CELL_FILE, "base_model": files / REFERENCE}
-            store_model(files, run_id, sources, TEXT_MODEL_CODE, _signature(), None, tracking_uri)
-    except (MlflowException, OSError) as exc:
-        raise TrackingError(
-            f"logging the pyfunc model of fit run {run_id} to {tracking_uri} failed: {exc}; "
-            "check that the store is writable (the fit's posterior is logged regardless)"
-        ) from exc
+    with model_files(run_id, tracking_uri) as files:
+        (files / SPEC_FILE).write_text(text)
+        (files / CELL_FILE).write_text(json.dumps(record, indent=1))
+        (files / REFERENCE).write_text(base_model_text(spec.model, spec.data.scored))
+        sources = {"posterior": Path(posterior_npz), "spec": files / SPEC_FILE,
+                   "cell": files / CELL_FILE, "base_model": files / REFERENCE}
+        store_model(files, run_id, sources, TEXT_MODEL_CODE, _signature(), None, tracking_uri)
     return f"runs:/{run_id}/{MODEL_PATH}"
 
 

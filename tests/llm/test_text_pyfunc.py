@@ -91,7 +91,7 @@ def test_pyfunc_scores_equal_the_models_own_forward(fitted: Any, subset: str, mo
     the members the draw gives, computed with the language model's own forward."""
     import mlflow.pyfunc
 
-    uri, run_id, folder = fitted[subset]
+    uri, run_id, _ = fitted[subset]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
     frame = pd.DataFrame({"text": [SHORT, LONG]})
