@@ -138,6 +138,25 @@ def test_a_model_path_given_on_the_command_line_is_taken_from_the_working_direct
     assert loaded.spec.model.path == str(elsewhere / "mine")
 
 
+def test_text_files_given_on_the_command_line_are_taken_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole list, or one entry of it: those entries from the working directory, the
+    spec file's own entries (and absolute or package: paths) as written."""
+    spec_folder, elsewhere = tmp_path / "spec", tmp_path / "work"
+    spec_folder.mkdir()
+    (elsewhere / "books").mkdir(parents=True)
+    for name in ("x.txt", "books/y.txt"):
+        (elsewhere / name).write_text("The quick brown fox jumps over the lazy dog. " * 6)
+    path = write_spec(spec_folder, lm_spec(spec_folder))
+    monkeypatch.chdir(elsewhere)
+    listed = bayesflow.load(path, [f"data.files=[x.txt,books,{spec_folder / 'a.txt'}]"]).spec.data.files
+    assert listed == [str(elsewhere / "x.txt"), str(elsewhere / "books"), str(spec_folder / "a.txt")]
+    one = bayesflow.load(path, ["data.files.1=x.txt"]).spec.data.files
+    assert one == ["a.txt", str(elsewhere / "x.txt"), "c.txt"]
+    assert bayesflow.load(path).spec.data.files == ["a.txt", "b.txt", "c.txt"]
+
+
 def test_byte_tokens_need_a_vocabulary_of_256(tmp_path: Path) -> None:
     message = problems(tmp_path, lm_spec(tmp_path, model=tiny_lm(vocab_size=128)))
     assert f"spec.yaml:{line_of(tmp_path, 'model.vocab_size')}:" in message
