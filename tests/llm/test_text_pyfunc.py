@@ -156,3 +156,42 @@ def test_a_folder_model_is_referenced_by_its_absolute_path(tmp_path: Path) -> No
     assert yaml.safe_load(portable_spec(text, tmp_path))["model"]["path"] == str(tmp_path / "models" / "tiny")
     shipped = yaml.safe_dump({"name": "x", "model": {"name": "causal_lm", "path": "package:lm/checkpoint"}})
     assert portable_spec(shipped, tmp_path) == shipped
+
+
+def test_a_folder_model_with_its_tokenizer_scores_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `model.path` folder (weights and the byte-level tokenizer, `tokenizer: model`)
+    written relative to the spec: the logged model records its absolute path and scores
+    from another working directory, as the byte tokens of a config-built twin would."""
+    import mlflow
+    import mlflow.pyfunc
+
+    from bayesflow.llm.source import build_base_model
+    from bayesflow.llm.tokenizer import save_byte_tokenizer
+    from bayesflow.spec.llm import CausalLMSpec
+    from tests.llm.spec_helpers import tiny_lm
+
+    spec_folder, elsewhere = tmp_path / "spec", tmp_path / "work"
+    elsewhere.mkdir(parents=True)
+    folder = spec_folder / "models" / "tiny"
+    build_base_model(CausalLMSpec.model_validate(tiny_lm())).save_pretrained(folder)
+    save_byte_tokenizer(folder)
+    spec_folder.mkdir(exist_ok=True)
+    spec = lm_spec(spec_folder, model={"name": "causal_lm", "path": "models/tiny", "trainable": tiny_lm()["trainable"]})
+    spec["data"]["tokenizer"] = "model"
+    spec["tracking"] = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    spec["execution"] = {"cache_dir": str(tmp_path / "cache")}
+    result = bayesflow.run(bayesflow.load(write_spec(spec_folder, spec)))
+    assert result.exit_code == 0, result.outcome.errors
+    (run_id,) = result.fit_runs.values()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", result.tracking_uri)
+    local = Path(mlflow.MlflowClient(result.tracking_uri).download_artifacts(run_id, "model", str(elsewhere / "m")))
+    recorded = yaml.safe_load((local / "artifacts" / "resolved.yaml").read_text())["model"]["path"]
+    assert recorded == str(folder.resolve())
+    assert not list(local.rglob("*.safetensors"))
+    scores = mlflow.pyfunc.load_model(f"runs:/{run_id}/model").predict(pd.DataFrame({"text": [SHORT, LONG]}))
+    posterior = bayesflow.load_posterior(local)  # the downloaded folder: its own spec and cell
+    np.testing.assert_allclose(scores["nll"], score_texts(posterior, [SHORT, LONG])["nll"], rtol=1e-12)
+    assert scores["tokens"].tolist() == [16, 71]  # one token a byte
