@@ -326,7 +326,7 @@ class TrackingHook:
         if loaded.spec.model.name == "causal_lm":
             from bayesflow.llm.product import REFERENCE, base_model_text
 
-            text = base_model_text(loaded.spec.model, int(loaded.spec.data.model_dump()["scored"]))
+            text = base_model_text(loaded.spec.model, int(loaded.spec.data.model_dump()["scored"]), loaded.base_dir)
             self.tracker.log_text(run_id, text, f"posterior/{REFERENCE}")
         uri = getattr(self.tracker, "uri", None)
         if not isinstance(uri, str) or uri.startswith("memory:"):

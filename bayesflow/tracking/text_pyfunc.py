@@ -79,10 +79,12 @@ mlflow.models.set_model(TextPosteriorModel())
 def portable_spec(text: str, base_dir: Path | None) -> str:
     """The resolved spec with a relative ``model.path`` made absolute (from ``base_dir``,
     default the working directory), so that the model loads from any folder."""
+    from bayesflow.llm.product import absolute_path
+
     mapping = yaml.safe_load(text)
     path = mapping.get("model", {}).get("path")
-    if isinstance(path, str) and not path.startswith("package:"):
-        mapping["model"]["path"] = str(((base_dir or Path.cwd()) / Path(path).expanduser()).resolve())
+    if isinstance(path, str) and absolute_path(path, base_dir) != path:
+        mapping["model"]["path"] = absolute_path(path, base_dir)
         return yaml.safe_dump(mapping, sort_keys=False)
     return text
 

@@ -4,6 +4,7 @@ folder holds the trainable part, never the frozen weights."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import yaml
 import bayesflow
 from bayesflow.evaluate import draw_samples
 from bayesflow.evaluate.uncertainty import decompose_uncertainty
+from bayesflow.llm.product import load_lm_posterior
 from bayesflow.posterior import PosteriorError, load_posterior, score_texts
 from bayesflow.posterior.texts import text_windows
 from bayesflow.tracking.text_pyfunc import portable_spec
@@ -195,3 +197,7 @@ def test_a_folder_model_with_its_tokenizer_scores_from_any_folder(
     posterior = bayesflow.load_posterior(local)  # the downloaded folder: its own spec and cell
     np.testing.assert_allclose(scores["nll"], score_texts(posterior, [SHORT, LONG])["nll"], rtol=1e-12)
     assert scores["tokens"].tolist() == [16, 71]  # one token a byte
+    # The run's posterior folder refers to the base model the same way.
+    saved = Path(mlflow.MlflowClient(result.tracking_uri).download_artifacts(run_id, "posterior", str(elsewhere / "p")))
+    assert json.loads((saved / "base_model.json").read_text())["model"]["path"] == str(folder.resolve())
+    assert load_lm_posterior(saved).problem.param_names == posterior.param_names
