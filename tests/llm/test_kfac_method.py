@@ -99,3 +99,21 @@ def test_a_spec_with_kfac_fisher_from_map_validates_and_runs(tmp_path: Path) -> 
         metrics = run.data.metrics
         assert math.isfinite(metrics["log_evidence"]) and 0 < metrics["test_nll"] < 10
         assert metrics["test_perplexity"] == pytest.approx(math.exp(metrics["test_nll"]), rel=1e-9)
+
+
+def test_a_glob_beyond_linear_layers_is_refused_at_validate(tmp_path: Path) -> None:
+    """The last decoder layer's glob takes its norms' scales too: refused at the globs'
+    line for laplace_kfac_fisher, naming them; the projections alone pass."""
+    from bayesflow.variants import load_data
+    from tests.llm.test_validate import line_of, problems
+
+    spec = lm_spec(tmp_path)
+    spec["model"]["trainable"] = {"parameters": ["model.layers.1.*"]}
+    spec["methods"]["kfac"] = {"engine": "laplace_kfac_fisher", "from": "map"}
+    message = problems(tmp_path, spec)
+    assert f"spec.yaml:{line_of(tmp_path, 'model.trainable.parameters')}:" in message
+    assert ("laplace_kfac_fisher (methods.kfac) covers the weights and biases of linear layers (LoRA adapters, "
+            "attention and MLP projections), but these globs also select model.layers.1.input_layernorm.weight, "
+            "model.layers.1.post_attention_layernorm.weight; select only projections") in message
+    spec["model"]["trainable"] = {"parameters": ["model.layers.1.self_attn.*_proj.*", "model.layers.1.mlp.*"]}
+    assert load_data(bayesflow.load(write_spec(tmp_path, spec))).num_classes == 256
