@@ -2,7 +2,8 @@
 
 The extra is installed; a model folder holds a config, weights and a tokenizer; a window
 fits the model's context; the tokens (bytes, or the folder's tokenizer) fit its vocabulary; every LoRA target, layer and
-parameter glob names something in the model. The model's structure comes from its config
+parameter glob names something in the model (and, for ``laplace_kfac_fisher``, only linear
+layers' tensors). The model's structure comes from its config
 alone, built on torch's ``meta`` device (no memory, no weights: a folder's ``config.json``
 is the only file read), so the check costs the same for a tiny model and for an 8B one.
 Each problem is a :class:`~bayesflow.errors.SpecError` starting with the spec key at
@@ -81,8 +82,32 @@ def check_language_model(spec: Any, base_dir: Path | None) -> None:
     if trainable.lora is not None:
         check_lora(model, trainable.lora, "model.trainable.lora")
     else:
-        select_tensors(trainable.parameters, [name for name, _ in model.named_parameters()],
-                       "model.trainable.parameters")
+        names = [name for name, _ in model.named_parameters()]
+        chosen = select_tensors(trainable.parameters, names, "model.trainable.parameters")
+        _check_kfac_tensors(spec, model, [name for name, keep in zip(names, chosen) if keep])
+
+
+def _check_kfac_tensors(spec: Any, model: Any, names: list[str]) -> None:
+    """KFAC (``laplace_kfac_fisher``) covers the weights and biases of ``nn.Linear`` layers
+    only (:func:`bayesflow.llm.kfac.lm_kfac_layers`): a glob that also takes a norm's scale
+    or an embedding is refused at the globs' line, naming those tensors and the method."""
+    from torch import nn
+
+    methods = [name for name, method in spec.methods.items() if method.engine == "laplace_kfac_fisher"]
+    if not methods:
+        return
+    linear = {f"{module_name}.{kind}" for module_name, module in model.named_modules()
+              if isinstance(module, nn.Linear) for kind in ("weight", "bias")}
+    others = [name for name in names if name not in linear]
+    if others:
+        shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
+        raise SpecError(
+            f"model.trainable.parameters: laplace_kfac_fisher (methods.{methods[0]}) covers the "
+            "weights and biases of linear layers (LoRA adapters, attention and MLP projections), "
+            f"but these globs also select {shown}; select only projections (for "
+            "example `model.layers.1.self_attn.*_proj.*` and `model.layers.1.mlp.*`), use "
+            "LoRA, or laplace_diag_fisher"
+        )
 
 
 def _check_folder_vocabulary(path: str, base_dir: Path | None, vocabulary: int) -> None:

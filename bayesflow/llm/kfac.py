@@ -23,7 +23,8 @@ approximation. The factors are packed as :mod:`bayesflow.engines.kfac` packs the
 ``T · (G ⊗ A + c·δ)⁻¹`` (a :class:`~bayesflow.engines.kronecker.KroneckerCovariance`).
 Only the trainable tensors enter: the frozen weights stay in the model, never flattened.
 
-Not a registered method yet (docs/llm.md).
+The registered ``laplace_kfac_fisher`` takes these layers on a ``next_token`` problem
+(:func:`bayesflow.methods.laplace_kfac.language_model_layers`; docs/llm.md).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from torch import nn
 from bayesflow.engines.base import Posterior, Problem
 from bayesflow.spec.llm import CausalLMSpec
 
-__all__ = ["ARRAYS", "REFERENCE", "LoadedLM", "base_model_text", "load_lm_posterior", "save_lm_posterior"]
+__all__ = ["ARRAYS", "REFERENCE", "LoadedLM", "absolute_path", "base_model_text", "load_lm_posterior",
+           "save_lm_posterior"]
 
 REFERENCE = "base_model.json"
 ARRAYS = "posterior.npz"
@@ -61,10 +62,23 @@ def save_lm_posterior(
     (folder / REFERENCE).write_text(base_model_text(spec, scored))
 
 
-def base_model_text(spec: CausalLMSpec, scored: int) -> str:
+def base_model_text(spec: CausalLMSpec, scored: int, base_dir: Path | None = None) -> str:
     """The text of ``base_model.json``: the model section (a config-built model's ``seed``
-    included; a folder by its path) and the tokens scored per window."""
-    return json.dumps({"model": spec.model_dump(mode="json"), "scored": scored}, indent=2) + "\n"
+    included; a folder by its path, made absolute from ``base_dir`` when given) and the
+    tokens scored per window."""
+    model = spec.model_dump(mode="json")
+    if base_dir is not None and isinstance(model.get("path"), str):
+        model["path"] = absolute_path(model["path"], base_dir)
+    return json.dumps({"model": model, "scored": scored}, indent=2) + "\n"
+
+
+def absolute_path(path: str, base_dir: Path | None) -> str:
+    """A relative model folder ``path`` made absolute from ``base_dir`` (default the working
+    directory); an absolute or ``package:`` path as it is (``package:`` resolves inside the
+    installed bayesflow wherever it is loaded)."""
+    if path.startswith("package:") or Path(path).expanduser().is_absolute():
+        return path
+    return str(((base_dir or Path.cwd()) / path).resolve())
 
 
 def load_lm_posterior(folder: Path, base_dir: Path | None = None) -> LoadedLM:

@@ -21,7 +21,12 @@ The covariance is never formed: the eigendecompositions of A and G give draws, t
 marginal variances (the posterior's ``var``) and the log density
 (:mod:`bayesflow.engines.kronecker`); ``posterior.npz`` stores the eigenbases beside
 ``mean`` and ``var``. With ``parameters:`` (for example ``["fc.*"]``) it is a last-layer
-KFAC Laplace. Every inferred tensor must be the weight or bias of an ``nn.Linear`` or
+KFAC Laplace. On a language model (``likelihood: next_token``) ``laplace_kfac_fisher``
+takes the layers of :mod:`bayesflow.llm.kfac`: the trainable ``nn.Linear`` layers (LoRA
+adapters or projections), every position of a window a row, G from the gradient of the
+window's scored-token log likelihood; its posterior and evidence are the same
+``KroneckerCovariance`` and log det. ``laplace_kfac_ggn`` is refused there (a backward
+pass per class of the vocabulary). Every inferred tensor must be the weight or bias of an ``nn.Linear`` or
 ``nn.Conv2d`` (no diagonal fallback: the engine refuses the others and says how to leave
 them out), and the prior must have one precision per tensor.
 
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import Field
 
+from bayesflow.errors import StageError
 from bayesflow.methods.laplace import LaplaceBase, _laplace
 
 if TYPE_CHECKING:
@@ -126,7 +132,10 @@ def build_kfac(
         kfac_layers,
         kronecker_posterior,
     )
-    layers = kfac_layers(problem, name)
+    if problem.likelihood == "next_token":
+        layers = language_model_layers(name, kind, problem)
+    else:
+        layers = kfac_layers(problem, name)
     size = factor_size(layers)
     temperature, prior_weight = tempering.temperature, tempering.prior_weight
     check_prior(problem, layers)  # at build, not after a curvature pass
@@ -152,6 +161,25 @@ def build_kfac(
         return Posterior(mean=state.params, var=var, kronecker=kronecker)
 
     return Engine(init, update, posterior, 1, config.batch_size)
+
+
+def language_model_layers(name: str, kind: FactorKind, problem: Problem) -> Layers:
+    """The trainable ``nn.Linear`` layers of a ``next_token`` problem (LoRA adapters,
+    projections) as :mod:`bayesflow.llm.kfac` finds them, every position of a window a row
+    (imported here only: nothing of ``llm/`` on the other path).
+
+    Raises:
+        StageError: the GGN, whose G takes a backward pass per class of the vocabulary.
+    """
+    if kind != "fisher":
+        raise StageError(
+            f"{name}: on a language model G would take one backward pass per class of the "
+            "vocabulary (32k-128k tokens); use laplace_kfac_fisher (the Kronecker-factored "
+            "empirical Fisher) or laplace_diag_ggn (the diagonal GGN from sampled tokens)"
+        )
+    from bayesflow.llm.kfac import lm_kfac_layers
+
+    return lm_kfac_layers(problem)
 
 
 def build_ggn(problem: Problem, tempering: Tempering, config: LaplaceKfacGGNSpec) -> Engine:

@@ -10,6 +10,7 @@
 ``files``  the three files a fit is rebuilt from, the cell, :class:`PosteriorError`
 ``fitted`` :class:`FittedPosterior`: ``sample``, ``predict``, ``log_prob``, ``module``
 ``load``   :func:`load_posterior` from a fit run id or a local folder
+``texts``  :func:`score_texts`: texts under a language model's posterior predictive
 =========  ==========================================================================
 
 The MLflow pyfunc model of a fit (:mod:`bayesflow.tracking.pyfunc`) carries the same
@@ -37,6 +38,7 @@ from bayesflow.posterior.fitted import (
     RegressionPrediction,
 )
 from bayesflow.posterior.load import load_posterior
+from bayesflow.posterior.texts import score_texts
 
 __all__ = [
     "CELL_FILE",
@@ -54,4 +56,5 @@ __all__ = [
     "cell_sizes",
     "load_posterior",
     "read_spec",
+    "score_texts",
 ]

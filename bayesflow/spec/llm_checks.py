@@ -5,7 +5,7 @@ those go together (the data/model pair is :func:`bayesflow.spec.relations.cross_
 ``ACCEPTS`` check). A method runs on a language model when its engine takes gradients and
 log posteriors of the whole batch: every method but those whose traits say they take one
 gradient or curvature row per example (``per_window``: EKF), a curvature other than the
-token Fisher (the dense and KFAC Laplaces), or a closed form for other models
+token Fisher or the KFAC empirical Fisher (the dense Laplaces, ``laplace_kfac_ggn``), or a closed form for other models
 (``models``: the conjugate linear model). What needs the model's structure (its context,
 its modules) is :mod:`bayesflow.llm.checks`, run with the data.
 """
@@ -20,9 +20,15 @@ __all__ = ["LM_CURVATURES", "language_model_methods", "language_model_problems"]
 
 Problem = tuple[tuple[str, ...], str]
 
-# The Laplace curvatures that run on a language model, one term per scored token
-# (bayesflow.llm.curvature): the empirical Fisher, and the GGN from sampled tokens.
-LM_CURVATURES = frozenset({"diag_fisher", "diag_ggn"})
+# The Laplace curvatures that run on a language model: one term per scored token
+# (bayesflow.llm.curvature): the empirical Fisher, and the GGN from sampled tokens; and the
+# Kronecker-factored empirical Fisher of the trainable linear layers (bayesflow.llm.kfac).
+LM_CURVATURES = frozenset({"diag_fisher", "diag_ggn", "kfac_fisher"})
+# Why a method cannot run on a language model, where the general reason says too little.
+_REASONS = {
+    "laplace_kfac_ggn": "its G takes one backward pass per class of the vocabulary (32k-128k "
+                        "tokens); use laplace_kfac_fisher, the Kronecker-factored empirical Fisher",
+}
 
 
 def _runs_on_language_model(traits: Any) -> bool:
@@ -65,9 +71,9 @@ def language_model_problems(data: Any) -> list[Problem]:
         for name, method in methods.items():
             engine = method.get("engine") if isinstance(method, dict) else None
             if isinstance(engine, str) and engine in METHODS and not _runs_on_language_model(METHODS.get(engine).traits):
+                reason = _REASONS.get(engine, "it needs one gradient or curvature row per example, or a closed form")
                 problems.append((("methods", str(name), "engine"),
-                                 (f"{engine} cannot run on a causal language model (it needs one "
-                                 f"gradient or curvature row per example, or a closed form); "
+                                 (f"{engine} cannot run on a causal language model ({reason}); "
                                  f"methods that can: {runs}")))
             prediction = method.get("prediction") if isinstance(method, dict) else None
             if isinstance(prediction, str) and prediction != "sampled":

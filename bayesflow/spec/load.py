@@ -252,25 +252,44 @@ def _check_template(spec: WorkflowSpec) -> list[tuple[tuple[str, ...], str]]:
 
 # Keys holding a file or folder path. Written in a spec file they are relative to that
 # file; given on the command line they are relative to the working directory, as a user
-# typing `data.path=../data` next to a bundled workflow expects.
+# typing `data.path=../data` next to a bundled workflow expects. LIST_PATH_KEYS hold a list
+# of paths (`data.files=[a.txt,books/]`, or one entry: `data.files.0=a.txt`).
 PATH_KEYS = (("data", "path"), ("data", "csv"), ("model", "path"), ("evaluate", "reference", "file"))
+LIST_PATH_KEYS = (("data", "files"),)
 
 
 def _anchor_override_paths(config: Any, locations: dict[tuple[str, ...], Location]) -> None:
     """Make relative paths that came from an override absolute (from the working directory)."""
-    from omegaconf import OmegaConf
+    from omegaconf import ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    for key in PATH_KEYS:
+    def overridden(key: tuple[str, ...]) -> bool:
         where = locations.get(key)
+        return where is not None and where.line is None
+
+    def select(key: tuple[str, ...]) -> Any:
         try:
-            value = OmegaConf.select(config, ".".join(key), default=None)
+            return OmegaConf.select(config, ".".join(key), default=None)
         except OmegaConfBaseException:  # a parent that is no mapping (`data: []`): validation names it
-            continue
-        if where is None or where.line is not None or not isinstance(value, str):
-            continue
-        if value and not value.startswith("package:") and not Path(value).is_absolute() and "${" not in value:
+            return None
+
+    for key in PATH_KEYS:
+        value = select(key)
+        if overridden(key) and _relative(value):
             OmegaConf.update(config, ".".join(key), str(Path.cwd() / value), merge=False)
+    for key in LIST_PATH_KEYS:
+        values = select(key)
+        if not isinstance(values, ListConfig):
+            continue
+        for index, value in enumerate(values):
+            if (overridden(key) or overridden((*key, str(index)))) and _relative(value):
+                values[index] = str(Path.cwd() / value)
+
+
+def _relative(value: Any) -> bool:
+    """A path written relative to somewhere (not absolute, ``package:`` or interpolated)."""
+    return (isinstance(value, str) and bool(value) and not value.startswith("package:")
+            and not Path(value).is_absolute() and "${" not in value)
 
 
 def load_spec(

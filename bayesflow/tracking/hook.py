@@ -319,24 +319,22 @@ class TrackingHook:
         """The fit as an MLflow pyfunc model (``runs:/<id>/model``), for MLflow stores only
         (a tracker whose ``uri`` names one; a wrapper of an ``MlflowTracker`` too):
         ``mlflow.pyfunc.load_model(...).predict(features)`` gives its posterior predictive.
-        A language model's fit has none: it logs ``posterior/base_model.json`` beside its
-        posterior (``bayesflow.load_posterior`` or ``llm.product.load_lm_posterior`` read them)."""
+        A language model's fit logs ``posterior/base_model.json`` beside its posterior, and
+        a model that scores texts (:mod:`bayesflow.tracking.text_pyfunc`)."""
         loaded = self._loaded(stage)
+        language = loaded.spec.model.name == "causal_lm"
         if loaded.spec.model.name == "causal_lm":
             from bayesflow.llm.product import REFERENCE, base_model_text
 
-            text = base_model_text(loaded.spec.model, int(loaded.spec.data.model_dump()["scored"]))
+            text = base_model_text(loaded.spec.model, int(loaded.spec.data.model_dump()["scored"]), loaded.base_dir)
             self.tracker.log_text(run_id, text, f"posterior/{REFERENCE}")
-            return
         uri = getattr(self.tracker, "uri", None)
         if not isinstance(uri, str) or uri.startswith("memory:"):
             return
-        from bayesflow.tracking.pyfunc import log_posterior_model
+        from bayesflow.tracking import pyfunc, text_pyfunc
 
-        log_posterior_model(
-            run_id, fit.posterior, loaded.to_yaml(), fit_parameters(loaded, stage),
-            uri, base_dir=loaded.base_dir,
-        )
+        log = text_pyfunc.log_text_model if language else pyfunc.log_posterior_model
+        log(run_id, fit.posterior, loaded.to_yaml(), fit_parameters(loaded, stage), uri, base_dir=loaded.base_dir)
 
     def _earlier_run(self, stage: Stage) -> RunRecord | None:
         """The latest finished run that computed this stage name and key (not one that

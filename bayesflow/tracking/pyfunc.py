@@ -53,7 +53,9 @@ __all__ = [
     "MODEL_PATH",
     "PosteriorModel",
     "log_posterior_model",
+    "model_files",
     "prediction_frame",
+    "store_model",
 ]
 
 # Rows of the input example the signature is inferred from.
@@ -144,8 +146,8 @@ def log_posterior_model(
     Returns:
         The model's URI (``runs:/<run id>/model``), or None when nothing was logged (an
         in-memory store, an ``energy`` likelihood, which has no predictive, or a
-        ``causal_lm`` model, whose windows and (n, S, V) predictive are no table:
-        ``bayesflow.load_posterior`` loads it).
+        ``causal_lm`` model, whose pyfunc model scores texts:
+        :func:`bayesflow.tracking.text_pyfunc.log_text_model` logs it).
     """
     if tracking_uri.startswith("memory:"):
         return None
@@ -156,15 +158,23 @@ def log_posterior_model(
     record = {**cell_of(cell), "run_id": run_id}
     if record.get("num_features") is None:
         record.update(cell_sizes(spec, base_dir))
+    with model_files(run_id, tracking_uri) as folder:
+        _save_and_log(folder, run_id, posterior_npz, text, spec, record, tracking_uri)
+    return f"runs:/{run_id}/{MODEL_PATH}"
+
+
+@contextmanager
+def model_files(run_id: str, tracking_uri: str) -> Iterator[Path]:
+    """A temporary folder to write a fit's model in; a failure of MLflow or the disk there
+    is a :class:`TrackingError` that says what to check."""
     try:
         with tempfile.TemporaryDirectory() as folder:
-            _save_and_log(Path(folder), run_id, posterior_npz, text, spec, record, tracking_uri)
+            yield Path(folder)
     except (MlflowException, OSError) as exc:
         raise TrackingError(
             f"logging the pyfunc model of fit run {run_id} to {tracking_uri} failed: {exc}; "
             "check that the store is writable (the fit's posterior is logged regardless)"
         ) from exc
-    return f"runs:/{run_id}/{MODEL_PATH}"
 
 
 def _save_and_log(
@@ -179,12 +189,28 @@ def _save_and_log(
     """Save the model into ``files/model`` and copy it into the run's artifacts."""
     (files / SPEC_FILE).write_text(text)
     (files / CELL_FILE).write_text(json.dumps(cell, indent=1))
-    (files / "model_code.py").write_text(MODEL_CODE)
     example, signature = _signature(spec, cell)
     sources = {"posterior": Path(posterior_npz), "spec": files / SPEC_FILE, "cell": files / CELL_FILE}
+    # An array: a frame example makes MLflow 3.17 warn under pandas 3 (Pandas4Warning).
+    store_model(files, run_id, sources, MODEL_CODE, signature, example.to_numpy(), tracking_uri)
+
+
+def store_model(
+    files: Path,
+    run_id: str,
+    sources: dict[str, Path],
+    code: str,
+    signature: Any,
+    example: np.ndarray | None,
+    tracking_uri: str,
+) -> None:
+    """Save a models-from-code pyfunc model with the artifact files ``sources`` into
+    ``files/model`` (from a template after the first of its kind) and copy it into the
+    run's artifacts."""
+    (files / "model_code.py").write_text(code)
+    shape = None if example is None else [str(example.dtype), list(example.shape)]
     key = json.dumps(
-        [signature.to_dict(), str(example.dtypes.iloc[0]), example.shape[1],
-         {name: path.name for name, path in sources.items()}],
+        [signature.to_dict(), code, shape, {name: path.name for name, path in sources.items()}],
         sort_keys=True,
     )
     template = _TEMPLATES.get(key)
@@ -195,8 +221,7 @@ def _save_and_log(
                 python_model=str(files / "model_code.py"),
                 artifacts={name: str(path) for name, path in sources.items()},
                 signature=signature,
-                # An array: a frame example makes MLflow 3.17 warn under pandas 3 (Pandas4Warning).
-                input_example=example.to_numpy(),
+                input_example=example,
                 pip_requirements=list(_requirements()),
             )
         _keep_template(key, files / MODEL_PATH)

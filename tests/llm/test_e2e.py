@@ -63,14 +63,14 @@ def test_every_cell_logs_token_metrics_on_test_and_validation_windows(finished: 
 
 
 def test_the_posterior_is_the_trainable_part_and_loads_back(finished: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each fit logs its posterior over the LoRA tensors with base_model.json and no pyfunc
-    model; load_posterior (from the workflow's folder, as for any run's relative data paths)
+    """Each fit logs its posterior over the LoRA tensors with base_model.json and a pyfunc
+    model that scores texts; load_posterior (from the workflow's folder, as for any run's relative data paths)
     predicts the logged test NLL again, and the downloaded folder is a load_lm_posterior source."""
     folder, store, fits = finished
     monkeypatch.chdir(folder)
     run = next(run for run in fits if run.data.params["method"] == "ensemble")
     artifacts = {item.path for item in store.list_artifacts(run.info.run_id)}
-    assert "model" not in artifacts
+    assert "model" in artifacts
     posterior = bayesflow.load_posterior(run.info.run_id, tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
     assert all(".lora_" in name for name in posterior.param_names)
     dataset = bayesflow.prepare(bayesflow.load(folder / "spec.yaml")).dataset

@@ -138,6 +138,25 @@ def test_a_model_path_given_on_the_command_line_is_taken_from_the_working_direct
     assert loaded.spec.model.path == str(elsewhere / "mine")
 
 
+def test_text_files_given_on_the_command_line_are_taken_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole list, or one entry of it: those entries from the working directory, the
+    spec file's own entries (and absolute or package: paths) as written."""
+    spec_folder, elsewhere = tmp_path / "spec", tmp_path / "work"
+    spec_folder.mkdir()
+    (elsewhere / "books").mkdir(parents=True)
+    for name in ("x.txt", "books/y.txt"):
+        (elsewhere / name).write_text("The quick brown fox jumps over the lazy dog. " * 6)
+    path = write_spec(spec_folder, lm_spec(spec_folder))
+    monkeypatch.chdir(elsewhere)
+    listed = bayesflow.load(path, [f"data.files=[x.txt,books,{spec_folder / 'a.txt'}]"]).spec.data.files
+    assert listed == [str(elsewhere / "x.txt"), str(elsewhere / "books"), str(spec_folder / "a.txt")]
+    one = bayesflow.load(path, ["data.files.1=x.txt"]).spec.data.files
+    assert one == ["a.txt", str(elsewhere / "x.txt"), "c.txt"]
+    assert bayesflow.load(path).spec.data.files == ["a.txt", "b.txt", "c.txt"]
+
+
 def test_byte_tokens_need_a_vocabulary_of_256(tmp_path: Path) -> None:
     message = problems(tmp_path, lm_spec(tmp_path, model=tiny_lm(vocab_size=128)))
     assert f"spec.yaml:{line_of(tmp_path, 'model.vocab_size')}:" in message
@@ -178,7 +197,8 @@ def test_a_missing_csv_column_names_the_columns(tmp_path: Path) -> None:
     ({"methods": {"ekf": {"engine": "ekf_diag_fisher"}}}, "methods.ekf.engine",
      "ekf_diag_fisher cannot run on a causal language model"),
     ({"methods": {"map": {"engine": "map"}, "kfac": {"engine": "laplace_kfac_ggn", "from": "map"}}}, "methods.kfac.engine",
-     "laplace_kfac_ggn cannot run on a causal language model"),
+     ("laplace_kfac_ggn cannot run on a causal language model (its G takes one backward pass per class of "
+      "the vocabulary (32k-128k tokens); use laplace_kfac_fisher")),
     ({"evaluate": {"prior_predictive": True}}, "evaluate.prior_predictive", "a language model's frozen weights"),
     ({"evaluate": {"prediction": "linearized_mc"}}, "evaluate.prediction", "use `sampled`"),
     ({"data": {"name": "text", "files": ["a.txt"], "length": 8, "scored": 8}}, "data.scored", "use scored < length"),
@@ -204,8 +224,9 @@ def test_methods_that_run_on_a_language_model_are_listed(tmp_path: Path) -> None
     with pytest.raises(SpecError, match="methods that can: ") as caught:
         bayesflow.load(path)
     listed = str(caught.value).split("methods that can: ")[1].split("\n")[0].split(", ")
-    assert {"map", "sghmc", "deep_ensemble", "vi_diag", "laplace_diag_fisher", "laplace_diag_ggn"} <= set(listed)
-    assert not {"ekf_diag_fisher", "laplace_dense_ggn", "laplace_kfac_fisher", "conjugate_linear"} & set(listed)
+    assert {"map", "sghmc", "deep_ensemble", "vi_diag", "laplace_diag_fisher", "laplace_diag_ggn",
+            "laplace_kfac_fisher"} <= set(listed)
+    assert not {"ekf_diag_fisher", "laplace_dense_ggn", "laplace_kfac_ggn", "conjugate_linear"} & set(listed)
 
 
 @pytest.mark.slow
