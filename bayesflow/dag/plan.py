@@ -200,9 +200,8 @@ def plan_workflow(
             ``report`` (the figure code and the template, part of the report key); the
             API computes them (:func:`bayesflow.report.render.source_digest`), so the
             planner never reads the report layer. Missing digests are left out of keys.
-        reference_digest: the digest of ``evaluate.reference.file``'s probabilities and
-            ``evaluate.statements``' texts (:func:`bayesflow.data.reference.reference_digest`),
-            part of every evaluation's key; needed when the spec names either.
+        reference_digest: the digest (:func:`bayesflow.data.reference.reference_digest`) of
+            ``evaluate.reference.file`` or ``evaluate.statements``, in every evaluation's key.
     """
     stages = plan_cells(spec, data_digest, reference_digest)
     add_summaries(stages, spec, code or {}, _hash(spec.model_dump(mode="json")))
@@ -327,14 +326,13 @@ def plan_cells(
             reference, judge = fit_stage(*cell, seed), evaluate_stage(*cell, seed)
             payload.update(reference=reference.key, reference_evaluation=judge.key)
             inputs = (fit.name, reference.name, judge.name)
-        if spec.evaluate.reference is not None and spec.evaluate.reference.file is not None:
+        read = spec.evaluate.reference is not None and spec.evaluate.reference.file is not None
+        digested = "reference_file" if read else "statements" if spec.evaluate.statements else None
+        if digested is not None:  # the file's probabilities, or the statements' texts
             if reference_digest is None:
-                raise ValueError("evaluate.reference.file needs the probabilities' reference_digest")
-            payload["reference_file"] = reference_digest
-        elif spec.evaluate.statements is not None:  # the statements' digest: data/statements.py
-            if reference_digest is None:
-                raise ValueError("evaluate.statements needs the statements' digest (reference_digest)")
-            payload["statements"] = reference_digest
+                key = "reference.file" if read else "statements"
+                raise ValueError(f"evaluate.{key} needs its digest (reference_digest)")
+            payload[digested] = reference_digest
         evaluations[name] = Stage(name, "evaluate", inputs, _hash(payload), method, fit.engine,
                                   temperature, seed, payload)
         return evaluations[name]

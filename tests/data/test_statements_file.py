@@ -107,5 +107,5 @@ def test_the_evaluations_keys_change_with_the_statements_and_the_fits_do_not() -
     plans = [plan_workflow(with_statements, "data", reference_digest=digest).stages for digest in ("a", "b")]
     assert plans[0]["fit/map/T=shared/seed=0"].key == plans[1]["fit/map/T=shared/seed=0"].key
     assert plans[0]["evaluate/map/T=shared/seed=0"].key != plans[1]["evaluate/map/T=shared/seed=0"].key
-    with pytest.raises(ValueError, match="evaluate.statements needs the statements' digest"):
+    with pytest.raises(ValueError, match="evaluate.statements needs its digest"):
         plan_workflow(with_statements, "data")
