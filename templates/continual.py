@@ -27,7 +27,6 @@ run_info = {}  # version, commit, date rendered, machine and device (the report 
 # %%
 # %matplotlib inline
 import matplotlib.pyplot as plt
-import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
@@ -55,17 +54,9 @@ display(Markdown(sections.what_ran(frame)))
 # are the mean over seeds.
 
 # %%
-curves = []
-episodes = 0
-while True:
-    history = data.histories(f"trace/episode_nll/{episodes}")
-    if history.empty:
-        break
-    curves.append(history.assign(episode=episodes))
-    episodes += 1
-if curves:
-    losses = pd.concat(curves)
-    losses["trained on"] = losses["step"] + 1
+losses = data.episode_losses()
+episodes = int(losses["episode"].max()) + 1 if len(losses) else 0
+if episodes:
     grid = sns.relplot(
         data=losses, x="trained on", y="value", hue="method", col="episode", kind="line",
         errorbar="sd", marker="o", col_wrap=min(5, episodes), height=2.8, aspect=1.0,

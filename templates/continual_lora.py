@@ -58,16 +58,8 @@ if strengths:
         f"`{name}` λ = {1 if value is None else value:g}" for name, value in strengths.items())))
 
 # %%
-curves = []
-episodes = 0
-while True:
-    history = data.histories(f"trace/episode_nll/{episodes}")
-    if history.empty:
-        break
-    curves.append(history.assign(episode=episodes))
-    episodes += 1
-losses = pd.concat(curves) if curves else pd.DataFrame(columns=["method", "seed", "step", "value", "episode"])
-losses["trained on"] = losses["step"] + 1
+losses = data.episode_losses()
+episodes = int(losses["episode"].max()) + 1 if len(losses) else 0
 # The single-episode baseline of episode j: its test loss once fitted on episode j alone.
 reference = losses[losses["method"].isin(baselines) & (losses["step"] == losses["episode"])]
 reference = reference.groupby(["seed", "episode"])["value"].mean().rename("baseline").reset_index()

@@ -192,6 +192,19 @@ class Bundle:
                 rows.append({**coordinates, "step": step, "value": value})
         return pandas.DataFrame(rows, columns=[*HISTORY_COLUMNS, "step", "value"])
 
+    def episode_losses(self) -> pandas.DataFrame:
+        """Every continual fit's test NLL on each episode's test data after each episode
+        trained on (``trace/episode_nll/<j>``) as one long table: the columns of
+        :meth:`histories`, ``episode`` (j) and ``trained on`` (episodes seen, from 1)."""
+        import pandas
+
+        curves = []
+        while not (history := self.histories(f"trace/episode_nll/{len(curves)}")).empty:
+            curves.append(history.assign(episode=len(curves)))
+        columns = [*HISTORY_COLUMNS, "step", "value", "episode"]
+        losses = pandas.concat(curves) if curves else pandas.DataFrame(columns=columns)
+        return losses.assign(**{"trained on": losses["step"] + 1})
+
     def posteriors(self) -> dict[str, dict[str, Any]]:
         """Every cell's ``posterior.npz`` arrays by cell: ``samples`` (S, d), or ``mean``
         with ``var`` or ``cov``, and ``param_names``."""
