@@ -138,6 +138,24 @@ def test_kept_samples_are_copies_of_the_stepped_state(name: str) -> None:
     assert torch.equal(samples, torch.stack(seen, 1))
 
 
+@pytest.mark.parametrize("name", ["sghmc", "sgld"])
+def test_starting_points_given_to_init_are_copied(name: str) -> None:
+    """K starting points (K, d) handed to init stay as they were: the engine steps its own
+    copy in place."""
+    problem = mlp_problem(he_normal())
+    spec = METHODS.get(name).spec.model_validate(
+        {"engine": name, "lr": 0.01, "batch_size": None, "chains": 2}
+    )
+    engine = METHODS.get(name).builder()(problem, Tempering(1.0, NUM_DATA), spec)
+    generator = torch.Generator().manual_seed(7)
+    starts = torch.stack([problem.init_params(generator) for _ in range(2)])
+    kept = starts.clone()
+    state = engine.init(starts, generator)
+    batch = (torch.randn(NUM_DATA, 3, dtype=torch.float64), torch.randint(0, 4, (NUM_DATA,)))
+    state, _ = engine.update(state, batch)
+    assert torch.equal(starts, kept) and not torch.equal(state.params, kept)
+
+
 def test_scratch_draw_is_the_new_tensor_draw() -> None:
     """Drawn into a scratch buffer, the noise is the numbers a new tensor would hold."""
     from bayesflow.engines.sgmcmc import standard_normal
