@@ -14,7 +14,9 @@ chain's own shuffled order, see :mod:`bayesflow.engines.fit`).
 Engines never log, write files or read YAML; the fit stage drives them and tracks
 what they return in ``aux``. The optimising engines (``map``, ``mle``, ``deep_ensemble``,
 ``vi_*``) update their state's tensors in place (copied once in ``init``; see
-:mod:`bayesflow.engines.optimize`): a state given to their ``update`` is consumed.
+:mod:`bayesflow.engines.optimize`), and so do ``sghmc`` and ``sgld`` (the gradient's
+buffer reused for the noise): a state given to their ``update`` is consumed. Copy a
+state's tensors to keep them (their kept samples are copies already).
 
 :func:`linearized_outputs` is the Gaussian posteriors' second predictive: parameter
 samples pushed through the network linearised around the posterior mean.

@@ -173,7 +173,7 @@ def normal_prior_chain_gradient(
             grads, log_lik = found
         else:
             grads, log_lik = reverse_pass(params, inputs, targets, shared)
-        log_prior = torch.mv(params.square(), half.to(params))
+        log_prior = quadratic(params, half.to(params))
         if chain_scale is not None:
             value = torch.addcmul(log_lik, chain_scale, log_prior + constant)
         else:
@@ -181,6 +181,15 @@ def normal_prior_chain_gradient(
         return grads.addcmul_(params, slope.to(params)), value
 
     return gradient
+
+
+def quadratic(params: Tensor, weights: Tensor) -> Tensor:
+    """``Σ_i weights_i θ_ki²`` of every row (K,): for a compact prior's weights (a
+    stride-0 view of one number) by one batched dot product, with no (K, d) square."""
+    if weights.dim() == 1 and weights.numel() > 1 and weights.stride(0) == 0:
+        rows = params.unsqueeze(1)
+        return torch.bmm(rows, rows.transpose(1, 2)).view(-1) * weights[0]
+    return torch.mv(params.square(), weights)
 
 
 def chain_values(problem: Problem, prior_weight: float | Tensor) -> Callable[..., Tensor]:

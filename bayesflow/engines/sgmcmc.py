@@ -85,7 +85,6 @@ __all__ = [
     "build_chains",
     "build_step_size",
     "chain_starts",
-    "gaussian",
     "group_gradient",
     "independent_batch",
     "minibatch_variance",
@@ -95,15 +94,17 @@ __all__ = [
 StepSize = Callable[[int], tuple[float, bool]]
 
 
-def gaussian(
-    shape: tuple[int, ...], scale: float, like: Tensor, generator: torch.Generator
+def standard_normal(
+    shape: tuple[int, ...], like: Tensor, generator: torch.Generator, scratch: Tensor | None = None
 ) -> Tensor:
-    """``scale · N(0, I)`` of ``shape`` drawn from ``generator``, on ``like``'s device."""
-    return scale * standard_normal(shape, like, generator)
-
-
-def standard_normal(shape: tuple[int, ...], like: Tensor, generator: torch.Generator) -> Tensor:
-    """N(0, I) of ``shape`` and ``like``'s dtype drawn from ``generator``, on ``like``'s device."""
+    """N(0, I) of ``shape`` and ``like``'s dtype from ``generator``, on ``like``'s device;
+    drawn into ``scratch`` (a tensor the caller is done with) where that gives the same
+    numbers: contiguous, of that shape and dtype, on the generator's device."""
+    if (
+        scratch is not None and tuple(scratch.shape) == shape and scratch.dtype == like.dtype
+        and scratch.device == generator.device and scratch.is_contiguous()
+    ):
+        return scratch.normal_(generator=generator)
     noise = torch.randn(shape, generator=generator, dtype=like.dtype, device=generator.device)
     return noise.to(like.device)
 
@@ -178,8 +179,8 @@ class Chains:
         )
 
     def start(self, params: Tensor, generator: torch.Generator) -> Tensor:
-        """The K chains' starting points (K, d): from ``params`` (d,) as the module doc
-        says, or ``params`` itself when it already holds K starting points (K, d)."""
+        """The K chains' starting points (K, d), a new tensor: from ``params`` (d,) as the
+        module doc says, or a copy of ``params`` when it holds K starting points (K, d)."""
         if params.dim() == 1:
             per_start = getattr(self.config, "chains_per_start", 1)
             return chain_starts(self.problem, params, self.count, generator, per_start)
@@ -189,40 +190,41 @@ class Chains:
                 f"{self.name}: starting points must be (d,) or one per chain {expected}, "
                 f"got {tuple(params.shape)}"
             )
-        return params.detach()
+        return params.detach().clone()
 
     def momenta(self, like: Tensor, generator: torch.Generator) -> Tensor:
         """Initial momenta N(0, 𝒯 I) shaped like ``like``; zeros at T = 0 (no draw)."""
-        if not self.hot:
-            return torch.zeros_like(like)
-        if isinstance(self.per_datum, Tensor):
-            return gaussian(tuple(like.shape), 1.0, like, generator) * self.per_datum.sqrt()
-        return gaussian(tuple(like.shape), math.sqrt(self.per_datum), like, generator)
+        drawn = self.noise(self.per_datum, False, like, generator)
+        return torch.zeros_like(like) if isinstance(drawn, float) else drawn
 
     def noise(
-        self, variance: float | Tensor, exploring: bool, like: Tensor, generator: torch.Generator
+        self, variance: float | Tensor, exploring: bool, like: Tensor,
+        generator: torch.Generator, scratch: Tensor | None = None,
     ) -> Tensor | float:
         """``N(0, variance · I)`` shaped like ``like`` (``variance`` a float or (K, 1) per
-        chain); 0 (no draw) at zero variance or while exploring."""
+        chain), drawn into ``scratch`` where :func:`standard_normal` can; 0 (no draw) at
+        zero variance or while exploring."""
         if exploring or not self.hot:
             return 0.0
+        shape = tuple(like.shape)
         if isinstance(variance, Tensor):
-            return gaussian(tuple(like.shape), 1.0, like, generator) * variance.clamp(min=0).sqrt()
+            return standard_normal(shape, like, generator, scratch).mul_(variance.clamp(min=0).sqrt())
         if variance <= 0:
             return 0.0
-        return gaussian(tuple(like.shape), math.sqrt(variance), like, generator)
+        return standard_normal(shape, like, generator, scratch).mul_(math.sqrt(variance))
 
     def add_noise(
-        self, target: Tensor, variance: float | Tensor, exploring: bool, generator: torch.Generator
+        self, target: Tensor, variance: float | Tensor, exploring: bool,
+        generator: torch.Generator, scratch: Tensor | None = None,
     ) -> None:
-        """Add :meth:`noise` to ``target`` in place (the same draw, scaled inside the add)."""
+        """Add :meth:`noise` to ``target`` in place (the draw scaled inside the add)."""
         if exploring or not self.hot:
             return
         if isinstance(variance, Tensor):
-            draw = standard_normal(tuple(target.shape), target, generator)
+            draw = standard_normal(tuple(target.shape), target, generator, scratch)
             target.addcmul_(draw, variance.clamp(min=0).sqrt())
         elif variance > 0:
-            draw = standard_normal(tuple(target.shape), target, generator)
+            draw = standard_normal(tuple(target.shape), target, generator, scratch)
             target.add_(draw, alpha=math.sqrt(variance))
 
     def aux(self, log_posterior: Tensor) -> dict[str, Tensor]:
@@ -233,13 +235,15 @@ class Chains:
             aux["chain_loss"] = -log_posterior.detach()
         return aux
 
-    def collect(self, samples: list[Tensor], params: Tensor, step: int, exploring: bool) -> None:
-        """Append ``params`` (K, d) to ``samples`` when step ``step`` (from 1) is kept."""
+    def collect(
+        self, samples: list[Tensor], params: Tensor, step: int, exploring: bool, copy: bool = False
+    ) -> None:
+        """Append ``params`` (K, d), a copy with ``copy``, when step ``step`` (from 1) is kept."""
         config = self.config
         if config.keep != "all" or exploring or step <= config.burn_in:
             return
         if (step - config.burn_in) % config.thin == 0:
-            samples.append(params)
+            samples.append(params.clone() if copy else params)
 
     def posterior(self, params: Tensor, samples: list[Tensor], steps: int) -> Posterior:
         """The kept samples, each chain's contiguous, or the chains' last states."""

@@ -176,23 +176,25 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGHMC
             if spread is not None:
                 decay = config.noise_decay
                 noise = spread if noise is None else decay * noise + (1 - decay) * spread
-        # New tensors every step (a state is never changed once returned), each made by
-        # one kernel and then updated in place: five kernels for the plain update, as a
-        # hand-written loop has (benchmarks/floor.py).
-        params = torch.add(state.params, state.momenta, alpha=step_size)
+        # In place on the state's tensors (a state given to update is consumed): the
+        # plain update is the same kernels as a new-tensor one (add, mul, add), and the
+        # noise is drawn into the gradient's buffer once the momenta have read it, so a
+        # step holds the state and one gradient of (K, d), nothing more.
+        params, momenta = state.params, state.momenta
+        params.add_(momenta, alpha=step_size)
         if plain:
             variance: float | Tensor = (
                 step_size * (2 * friction - step_size * beta) * chains.per_datum
             )
-            momenta = state.momenta.mul(1 - step_size * friction).add_(grads, alpha=step_size)
+            momenta.mul_(1 - step_size * friction).add_(grads, alpha=step_size)
         else:
             kick, damping, variance = corrected_step(
                 step_size, friction, beta, matched, chains.per_datum, noise, batch
             )
-            momenta = state.momenta + kick * grads - damping * state.momenta
-        chains.add_noise(momenta, variance, exploring, state.generator)
+            momenta.copy_(momenta + kick * grads - damping * momenta)
+        chains.add_noise(momenta, variance, exploring, state.generator, scratch=grads)
         count = state.step + 1
-        chains.collect(state.samples, params, count, exploring)
+        chains.collect(state.samples, params, count, exploring, copy=True)
         return SGHMCState(params, momenta, state.generator, count, state.samples, noise), values
 
     def update(state: SGHMCState, batch: Batch) -> tuple[SGHMCState, dict[str, Tensor]]:

@@ -73,10 +73,14 @@ def build(problem: Problem, tempering: Tempering | ChainTempering, config: SGLDS
         step_size, exploring = chains.step_size(state.step)
         grads, values = chains.gradient(state.params, batch)
         variance = step_size * (2 - step_size * beta) * chains.per_datum
-        params = state.params + step_size * grads
-        params = params + chains.noise(variance, exploring, params, state.generator)
+        # In place on the state (consumed): the same kernels as θ + ε∇f + noise, the
+        # noise drawn into the gradient's buffer once θ has read it.
+        params = state.params.add_(grads.mul_(step_size))
+        noise = chains.noise(variance, exploring, params, state.generator, scratch=grads)
+        if not isinstance(noise, float):
+            params.add_(noise)
         step = state.step + 1
-        chains.collect(state.samples, params, step, exploring)
+        chains.collect(state.samples, params, step, exploring, copy=True)
         return SGLDState(params, state.generator, step, state.samples), chains.aux(values)
 
     def posterior(state: SGLDState) -> Posterior:

@@ -118,7 +118,7 @@ def _floor(model: torch.nn.Module, names: tuple[str, ...], batch: tuple[torch.Te
 
 
 def _bayesflow(model: torch.nn.Module, names: tuple[str, ...], batch: tuple[torch.Tensor, torch.Tensor],
-               scored: int, chains: int) -> Callable[[], None]:
+               scored: int, chains: int | None) -> Callable[[], None]:
     from bayesflow.llm.problem import build_lm_problem
     from bayesflow.methods import METHODS
     from bayesflow.priors import diag_normal
@@ -126,7 +126,7 @@ def _bayesflow(model: torch.nn.Module, names: tuple[str, ...], batch: tuple[torc
 
     device = batch[0].device
     problem = build_lm_problem(model, names, diag_normal(1.0), batch[1].numel(), scored, device)
-    if chains > 1:
+    if chains is not None:  # SGHMC of K chains (K = 1 too); None: MAP with AdamW
         name, settings = "sghmc", {"chains": chains, "lr": 1e-6, "keep": "last"}
     else:
         name, settings = "map", {"optimizer": {"name": "adamw", "lr": LEARNING_RATE, "weight_decay": 0.0}}
@@ -199,7 +199,7 @@ def interleaved(subset: str, size: dict[str, int], device: str, repeats: int = 5
     model, names = build_model(size, subset, device)
     batch = _windows(size, device)
     steps = {"floor": _floor(model, names, batch, size["scored"]),
-             "bayesflow": _bayesflow(model, names, batch, size["scored"], 1),
+             "bayesflow": _bayesflow(model, names, batch, size["scored"], None),
              "posteriors": _posteriors(model, batch, size["scored"])}
     timings = compare(steps, Settings("quick", device), count=1, warmup=1, repeats=repeats)
     return {
@@ -223,7 +223,7 @@ def measure(contender: str, subset: str, size: dict[str, int], device: str, chai
     elif contender == "posteriors":
         step = _posteriors(model, batch, size["scored"])
     else:
-        step = _bayesflow(model, names, batch, size["scored"], chains if contender == "sghmc" else 1)
+        step = _bayesflow(model, names, batch, size["scored"], chains if contender == "sghmc" else None)
     synchronise = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(warmup):
         step()

@@ -77,9 +77,10 @@ def chains_lines(chains: dict[str, Any], device: str) -> list[str]:
          f"({_mib(chains['built_bytes'])} MiB once built) + {chains['chains']} × (θ and momenta, "
          f"{_mib(chains['state_bytes'])} MiB) = {_mib(chains['expected_bytes'])} MiB: "
          f"{chains['memory_ratio']:.2f}× that sum; step {chains['step_s'] * 1e3:,.0f} ms "
-         f"(load {chains['load_average'][0]:.1f}). The rest is each chain's gradient, the step's "
-         "injected noise and new state (a state is never changed once returned) and the "
-         "batched activations of the trainable layer and the output head."),
+         f"(load {chains['load_average'][0]:.1f}). The rest is each chain's gradient (the step "
+         "works in place, the noise drawn into the gradient's buffer), its assembly from the "
+         "layer's tensors' gradients, and each chain's activations of the trainable layer and "
+         "the output head."),
     ]
 
 

@@ -3,9 +3,9 @@
 The chains' gradient under a normal prior leaves the prior out of the reverse pass and
 adds its gradient in closed form; here with a per-parameter precision (``he_normal``),
 one and several chains, shared and per-chain prior weights, against
-``vmap(grad_and_value(problem.log_posterior))`` in float64. SGHMC's plain update builds
-new tensors with in-place kernels: one step is checked against the formula with the
-same noise draw, and the state it started from must be left as it was.
+``vmap(grad_and_value(problem.log_posterior))`` in float64. SGHMC's and SGLD's updates
+work in place on the state's tensors (a state given to update is consumed): one step is
+checked against the formula, with the same noise draw, from a copy taken before it.
 """
 
 from __future__ import annotations
@@ -69,33 +69,114 @@ def test_only_a_normal_prior_takes_the_closed_form() -> None:
     assert normal_prior(mlp_problem(he_normal())) is not None
 
 
-def test_sghmc_step_is_the_formula_and_leaves_the_old_state() -> None:
-    """One plain SGHMC step: θ + εm and (1 − εα)m + ε∇f + √(2εα𝒯)·z, z the generator's
-    next draw; the state it started from keeps its tensors' values."""
+def one_step(name: str, lr: float, temperature: float, **settings: Any) -> tuple[Any, ...]:
+    """One step of sampler ``name`` (2 chains, full batch) from a fresh state: the state's
+    values copied before the step, the generator's next (2, d) draw, the batch, the
+    state after and the step's aux."""
     problem = mlp_problem(he_normal())
-    lr, alpha, temperature = 0.05, 0.7, 2.0
-    spec = METHODS.get("sghmc").spec.model_validate(
-        {"engine": "sghmc", "lr": lr, "alpha": alpha, "batch_size": None, "chains": 2}
+    spec = METHODS.get(name).spec.model_validate(
+        {"engine": name, "lr": lr, "batch_size": None, "chains": 2, **settings}
     )
-    tempering = Tempering(temperature, NUM_DATA)
-    engine = METHODS.get("sghmc").builder()(problem, tempering, spec)
+    engine = METHODS.get(name).builder()(problem, Tempering(temperature, NUM_DATA), spec)
     generator = torch.Generator().manual_seed(3)
     state = engine.init(problem.init_params(generator), generator)
-    inputs = torch.randn(NUM_DATA, 3, generator=generator, dtype=torch.float64)
-    targets = torch.randint(0, 4, (NUM_DATA,), generator=generator)
-    before = (state.params.clone(), state.momenta.clone())
+    batch = (
+        torch.randn(NUM_DATA, 3, generator=generator, dtype=torch.float64),
+        torch.randint(0, 4, (NUM_DATA,), generator=generator),
+    )
+    before = [value.clone() for value in state if isinstance(value, Tensor)]
     copy = torch.Generator().set_state(generator.get_state())
-    draw = torch.randn(state.momenta.shape, generator=copy, dtype=torch.float64)
+    draw = torch.randn(state.params.shape, generator=copy, dtype=torch.float64)
+    new, aux = engine.update(state, batch)
+    return problem, before, draw, batch, state, new, aux
 
-    new, aux = engine.update(state, (inputs, targets))
 
-    grads, values = chain_gradient(problem, tempering.prior_weight)(before[0], (inputs, targets))
+def test_sghmc_step_is_the_formula_in_place() -> None:
+    """One plain SGHMC step: θ + εm and (1 − εα)m + ε∇f + √(2εα𝒯)·z, z the generator's
+    next draw, computed from a copy of the state taken before the step. The step works
+    in place: the state given to update is consumed (its tensors are the new state's)."""
+    lr, alpha, temperature = 0.05, 0.7, 2.0
+    problem, before, draw, batch, state, new, aux = one_step("sghmc", lr, temperature, alpha=alpha)
+    params, momenta = before
+    grads, values = chain_gradient(problem, Tempering(temperature, NUM_DATA).prior_weight)(params, batch)
     per_datum = temperature / NUM_DATA
-    momenta = (1 - lr * alpha) * before[1] + lr * grads + math.sqrt(2 * lr * alpha * per_datum) * draw
-    torch.testing.assert_close(new.params, before[0] + lr * before[1], rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(new.momenta, momenta, rtol=1e-12, atol=1e-14)
+    expected = (1 - lr * alpha) * momenta + lr * grads + math.sqrt(2 * lr * alpha * per_datum) * draw
+    torch.testing.assert_close(new.params, params + lr * momenta, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(new.momenta, expected, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(aux["log_posterior"], values.mean())
-    assert torch.equal(state.params, before[0]) and torch.equal(state.momenta, before[1])
+    assert new.params is state.params and new.momenta is state.momenta
+
+
+def test_sgld_step_is_the_formula_in_place() -> None:
+    """One SGLD step: θ + ε∇f + √(2ε𝒯)·z from a copy of the state, in place."""
+    lr, temperature = 0.01, 0.5
+    problem, before, draw, batch, state, new, aux = one_step("sgld", lr, temperature)
+    weight = Tempering(temperature, NUM_DATA).prior_weight
+    grads, values = chain_gradient(problem, weight)(before[0], batch)
+    expected = before[0] + lr * grads + math.sqrt(2 * lr * temperature / NUM_DATA) * draw
+    torch.testing.assert_close(new.params, expected, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(aux["log_posterior"], values.mean())
+    assert new.params is state.params
+
+
+@pytest.mark.parametrize("name", ["sghmc", "sgld"])
+def test_kept_samples_are_copies_of_the_stepped_state(name: str) -> None:
+    """keep: all holds each kept state's values, not the state the next steps change."""
+    problem = mlp_problem(he_normal())
+    spec = METHODS.get(name).spec.model_validate(
+        {"engine": name, "lr": 0.01, "batch_size": None, "chains": 2, "keep": "all"}
+    )
+    engine = METHODS.get(name).builder()(problem, Tempering(1.0, NUM_DATA), spec)
+    generator = torch.Generator().manual_seed(4)
+    state = engine.init(problem.init_params(generator), generator)
+    batch = (torch.randn(NUM_DATA, 3, dtype=torch.float64), torch.randint(0, 4, (NUM_DATA,)))
+    seen = []
+    for _ in range(3):
+        state, _ = engine.update(state, batch)
+        seen.append(state.params.clone())
+    samples = engine.posterior(state).samples.view(2, 3, -1)
+    assert torch.equal(samples, torch.stack(seen, 1))
+
+
+@pytest.mark.parametrize("name", ["sghmc", "sgld"])
+def test_starting_points_given_to_init_are_copied(name: str) -> None:
+    """K starting points (K, d) handed to init stay as they were: the engine steps its own
+    copy in place."""
+    problem = mlp_problem(he_normal())
+    spec = METHODS.get(name).spec.model_validate(
+        {"engine": name, "lr": 0.01, "batch_size": None, "chains": 2}
+    )
+    engine = METHODS.get(name).builder()(problem, Tempering(1.0, NUM_DATA), spec)
+    generator = torch.Generator().manual_seed(7)
+    starts = torch.stack([problem.init_params(generator) for _ in range(2)])
+    kept = starts.clone()
+    state = engine.init(starts, generator)
+    batch = (torch.randn(NUM_DATA, 3, dtype=torch.float64), torch.randint(0, 4, (NUM_DATA,)))
+    state, _ = engine.update(state, batch)
+    assert torch.equal(starts, kept) and not torch.equal(state.params, kept)
+
+
+def test_scratch_draw_is_the_new_tensor_draw() -> None:
+    """Drawn into a scratch buffer, the noise is the numbers a new tensor would hold."""
+    from bayesflow.engines.sgmcmc import standard_normal
+
+    like = torch.zeros(3, 7)
+    fresh = standard_normal((3, 7), like, torch.Generator().manual_seed(5))
+    scratch = torch.full((3, 7), 9.0)
+    drawn = standard_normal((3, 7), like, torch.Generator().manual_seed(5), scratch)
+    assert drawn is scratch and torch.equal(drawn, fresh)
+
+
+def test_compact_quadratic_is_the_weighted_sum_of_squares() -> None:
+    """A compact prior's Σ w θ² by a batched dot product equals the dense weights' mv."""
+    from bayesflow.engines.gradient import quadratic
+
+    params = torch.randn(3, 11, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    compact = torch.tensor([0.7], dtype=torch.float64).expand(11)
+    assert compact.stride(0) == 0
+    dense = torch.full((11,), 0.7, dtype=torch.float64)
+    torch.testing.assert_close(quadratic(params, compact), torch.mv(params.square(), dense))
+    torch.testing.assert_close(quadratic(params, dense), torch.mv(params.square(), dense))
 
 
 @pytest.mark.parametrize("per_datum", [0.0, 0.05])
