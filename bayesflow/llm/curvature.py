@@ -106,7 +106,11 @@ def sampled_tokens(problem: Problem, params: Tensor, inputs: Tensor, generator: 
     with torch.no_grad():
         probabilities = problem.forward(params, inputs).softmax(-1)
     flat = probabilities.reshape(-1, probabilities.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).view(probabilities.shape[:-1])
+    # inverse CDF: a uniform per position made on the generator's device (an in-place draw
+    # such as multinomial would follow the tensor's device instead; tests/chaos/test_devices.py)
+    uniform = torch.rand(flat.shape[0], 1, generator=generator, device=generator.device, dtype=flat.dtype)
+    tokens = (flat.cumsum(-1) < uniform.to(flat.device)).sum(-1).clamp_(max=flat.shape[-1] - 1)
+    return tokens.view(probabilities.shape[:-1])
 
 
 def sampled_token_ggn(generator: torch.Generator) -> Curvature:
