@@ -198,7 +198,7 @@ class Bundle:
         :meth:`histories`, ``episode`` (j) and ``trained on`` (episodes seen, from 1)."""
         import pandas
 
-        curves = []
+        curves: list[pandas.DataFrame] = []
         while not (history := self.histories(f"trace/episode_nll/{len(curves)}")).empty:
             curves.append(history.assign(episode=len(curves)))
         columns = [*HISTORY_COLUMNS, "step", "value", "episode"]

@@ -51,9 +51,9 @@ def statements_frame(
 
 
 def statement_table(frame: pd.DataFrame, metrics: Mapping[str, str], order: Sequence[str] = ()) -> pd.DataFrame:
-    """One row per method (in ``order`` first), one column per metric renamed by
-    ``metrics`` (``{metric: column title}``): the mean over seeds, ± the standard deviation
-    when there are several; methods without the metric are left out."""
+    """One row per method (in ``order`` first): a ``method`` column, then one column per
+    metric renamed by ``metrics`` (``{metric: column title}``): the mean over seeds, ± the
+    standard deviation when there are several; methods without the metric are left out."""
     present = [metric for metric in metrics if metric in frame.columns]
     rows = frame.dropna(subset=present, how="all")
     methods = [m for m in order if m in set(rows["method"])] + sorted(set(rows["method"]) - set(order))
@@ -61,7 +61,8 @@ def statement_table(frame: pd.DataFrame, metrics: Mapping[str, str], order: Sequ
     for method in methods:
         values = rows.loc[rows["method"] == method, present]
         table[method] = [_mean_sd(values[metric]) for metric in present]
-    return pd.DataFrame.from_dict(table, orient="index", columns=[metrics[m] for m in present])
+    frame = pd.DataFrame.from_dict(table, orient="index", columns=[metrics[m] for m in present])
+    return frame.rename_axis("method").reset_index()  # a column: styled tables hide the index
 
 
 def _mean_sd(values: pd.Series) -> str:

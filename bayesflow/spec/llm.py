@@ -8,9 +8,17 @@ reads ``text`` data (:mod:`bayesflow.spec.text`) under the ``next_token`` likeli
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from bayesflow.spec.strict import Strict
 
@@ -52,6 +60,11 @@ class TrainableSpec(Strict):
         return self
 
 
+# The sizes of a model built from a config (``family``); a folder's come from its config.json
+# (with `path` they are ignored, and left out of the model's dump).
+SIZES = ("vocab_size", "hidden_size", "intermediate_size", "layers", "heads", "context")
+
+
 class CausalLMSpec(Strict):
     """A Hugging Face causal language model (the `llm` extra), built from a config (tiny
     models, nothing downloaded) or loaded from a local folder (`path`, never fetched)."""
@@ -68,7 +81,7 @@ class CausalLMSpec(Strict):
         "`package:NAME` for a folder shipped with bayesflow (`package:lm/checkpoint`); read "
         "with local_files_only."
     )
-    vocab_size: PositiveInt = Field(256, description="Token ids (config-built models).")
+    vocab_size: PositiveInt = Field(256, description="Token ids (config-built models; ignored with `path`, as every size).")
     hidden_size: PositiveInt = Field(32, description="Width of the residual stream.")
     intermediate_size: PositiveInt | None = Field(
         None, description="Width of the MLP (default: 4 × hidden_size)."
@@ -99,6 +112,16 @@ class CausalLMSpec(Strict):
                 "(transformers' SDPA path fails there with a batched attention mask); use eager"
             )
         return value
+
+    @model_serializer(mode="wrap")
+    def _without_unused_sizes(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A folder model's dump (the resolved spec, the report, the cache keys) leaves out
+        the sizes only a config-built model reads: its own come from its config.json."""
+        dumped: dict[str, Any] = handler(self)
+        if self.path is not None:
+            for key in SIZES:
+                dumped.pop(key, None)
+        return dumped
 
     @model_validator(mode="after")
     def _source(self) -> CausalLMSpec:

@@ -114,3 +114,16 @@ def test_importing_the_package_loads_neither_torch_nor_the_extra() -> None:
             "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_folder_models_dump_leaves_out_the_sizes_it_does_not_read() -> None:
+    """The resolved spec of a `path` model shows no config-built sizes (its own are in its
+    config.json); a config-built model's dump keeps every size."""
+    from bayesflow.spec.llm import SIZES, CausalLMSpec
+
+    trainable = {"parameters": ["model.norm.*"]}
+    folder = CausalLMSpec.model_validate({"name": "causal_lm", "path": "m", "trainable": trainable})
+    built = CausalLMSpec.model_validate({"name": "causal_lm", "family": "llama", "trainable": trainable})
+    assert not set(SIZES) & set(folder.model_dump(mode="json"))
+    assert set(SIZES) <= set(built.model_dump(mode="json"))
+    assert CausalLMSpec.model_validate(folder.model_dump(mode="json")) == folder  # it round-trips

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bayesflow.report import experiments
+from bayesflow.report import experiments, sections
 from bayesflow.report import statements as statement_report
 
 
@@ -44,9 +44,14 @@ def test_a_table_is_the_mean_and_sd_over_seeds_in_the_specs_order() -> None:
     table = statement_report.statement_table(
         results(), {"statements_auroc_tu": "AUROC (TU)", "statements_auroc_eu": "AUROC (EU)",
                     "missing": "never"}, order=["sgd", "ensemble"])
-    assert list(table.index) == ["sgd", "ensemble"] and list(table.columns) == ["AUROC (TU)", "AUROC (EU)"]
+    assert list(table.columns) == ["method", "AUROC (TU)", "AUROC (EU)"]
+    table = table.set_index("method")
+    assert list(table.index) == ["sgd", "ensemble"]
     assert table.loc["sgd", "AUROC (TU)"] == "0.500"
     assert table.loc["ensemble", "AUROC (EU)"] == f"0.800 ± {np.std([0.7, 0.9], ddof=1):.3f}"
+    # the displayed table names every method (a styled table hides the index)
+    html = sections.styled(table.reset_index()).to_html()
+    assert "sgd" in html and "ensemble" in html
 
 
 def test_the_figures_draw_one_column_or_box_per_method() -> None:
