@@ -36,6 +36,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
+@pytest.mark.slow  # two real runs per damage (about 9 s each): outside the fast lane
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_damaged_entry_is_named_and_recomputed(damage: str, tmp_path: Path) -> None:
     workflow(tmp_path)

@@ -249,6 +249,7 @@ def test_imdb_files_that_are_not_text_get_a_short_message(files: dict[str, bytes
     assert len(validated.output) <= 500 and "Traceback" not in validated.output
 
 
+@pytest.mark.slow  # a real command line run (about 10 s): outside the fast lane
 def test_a_forward_that_exits_fails_its_stage_not_the_run_quietly(user_module: str, tmp_path: Path) -> None:
     """A model whose forward calls sys.exit(0) during the fit: the stage fails, named, the
     run exits 1 (not 0 with nothing done) and its fit run is FAILED, not RUNNING."""
@@ -268,6 +269,7 @@ def test_a_forward_that_exits_fails_its_stage_not_the_run_quietly(user_module: s
     assert fit_runs(tmp_path) == {"fit/map/T=shared/seed=0": ["FAILED"]}
 
 
+@pytest.mark.slow  # a real command line run (about 10 s): outside the fast lane
 def test_an_endless_loop_is_stopped_in_the_real_command(tmp_path: Path) -> None:
     """Through the installed command (a process of its own, the watchdog's SIGALRM in its
     main thread): exit 3 within the limit, the user's line named, no traceback."""
