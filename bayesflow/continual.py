@@ -32,12 +32,15 @@ import torch
 from torch import Tensor
 
 from bayesflow.engines.base import Posterior, Problem
-from bayesflow.engines.curvature import diagonal_ggn
+from bayesflow.engines.curvature import diagonal_fisher, diagonal_ggn
 from bayesflow.engines.fit import fit, minibatches
 from bayesflow.methods.registry import method_of
 from bayesflow.temperature import Tempering
 
 __all__ = ["fit_continual"]
+
+# The per-example diagonal curvatures, by the name a likelihood gives (its continual_curvature).
+GENERAL_CURVATURES = {"diag_ggn": diagonal_ggn, "diag_fisher": diagonal_fisher}
 
 
 def _gaussian_prior(problem: Problem, mean: Tensor, precision: Tensor) -> Problem:
@@ -53,11 +56,10 @@ def _curvature(problem: Problem, params: Tensor, inputs: Tensor, targets: Tensor
                generator: torch.Generator) -> Tensor:
     """The diagonal GGN summed over one episode's training data (on a language model the
     diagonal empirical Fisher over its scored tokens)."""
-    diagonal = diagonal_ggn
-    if problem.likelihood == "next_token":
-        from bayesflow.llm.curvature import token_diagonal_fisher
-
-        diagonal = token_diagonal_fisher
+    observation = problem.observation
+    kind = "diag_ggn" if observation is None else observation.continual_curvature
+    own = None if observation is None else observation.diagonal_curvature(kind, problem)
+    diagonal = own or GENERAL_CURVATURES[kind]
     total = torch.zeros_like(params)
     for batch in minibatches(inputs, targets, 256, generator):
         total = total + diagonal(problem, params, batch).detach()
@@ -66,7 +68,7 @@ def _curvature(problem: Problem, params: Tensor, inputs: Tensor, targets: Tensor
 
 def _data_points(problem: Problem, targets: Tensor) -> int:
     """N of some training rows: rows, or a language model's scored tokens (rows × S)."""
-    return targets.numel() if problem.likelihood == "next_token" else targets.shape[0]
+    return problem.data_points(targets)
 
 
 def _episode_nll(problem: Problem, params: Tensor, inputs: Tensor, targets: Tensor, batch: int | None) -> float:

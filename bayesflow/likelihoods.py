@@ -16,9 +16,10 @@ import torch
 from torch import Tensor
 from torch.nn import functional
 
+from bayesflow.families import register_likelihood
 from bayesflow.registry import Registry
 
-__all__ = ["LIKELIHOODS", "Likelihood", "NextToken", "build_likelihood"]
+__all__ = ["LIKELIHOODS", "Likelihood", "build_likelihood"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,38 @@ class Likelihood:
             return torch.zeros_like(outputs).unsqueeze(-1)
         return torch.full_like(outputs, 1.0 / self.noise_sd**2).unsqueeze(-1)
 
+    # What differs by likelihood beyond log p, asked by the methods and the evaluation
+    # instead of the likelihood's name. The defaults are a likelihood with one datum per
+    # target row; a likelihood of another unit (bayesflow.llm.likelihood.NextToken, a
+    # datum per scored token) overrides them.
+    dense_curvature = True
+    """Whether a dense (d × d) curvature per datum is tractable (a dense Laplace)."""
+    continual_curvature = "diag_ggn"
+    """The diagonal curvature a continual update sums over an episode (bayesflow.continual)."""
+
+    def data_points(self, targets: Tensor) -> int:
+        """How many data points a target array holds: its rows."""
+        return int(targets.shape[0])
+
+    def diagonal_curvature(self, kind: str, problem: Any) -> Any:
+        """The ``(problem, params, batch) -> (d,)`` diagonal curvature ``kind``
+        (``diag_fisher``, ``diag_ggn``) over this likelihood's data points, or None when the
+        per-example one of :mod:`bayesflow.engines.curvature` is right."""
+        return None
+
+    def kfac_layers(self, engine: str, kind: str, problem: Any) -> Any:
+        """The layers a Kronecker-factored curvature of ``kind`` (``fisher``, ``ggn``) covers
+        when they are not the network's own (:func:`bayesflow.engines.kfac.kfac_layers`);
+        None for those."""
+        return None
+
+    def evaluation(self, problem: Any, samples: Any, inputs: Tensor, targets: Tensor, *, ece_bins: int,
+                   ece_binning: str, outputs_of: Any) -> Any:
+        """This likelihood's own predictive evaluation (the fields of
+        :class:`bayesflow.evaluate.predictive.Evaluation`), or None for the per-example
+        one of the task. ``samples`` is a function giving the parameter draws."""
+        return None
+
     def probabilities(self, outputs: Tensor) -> Tensor:
         """Class probabilities (..., C) from outputs; bernoulli gives two columns."""
         if self.name == "categorical":
@@ -76,30 +109,6 @@ class Likelihood:
             positive = outputs.squeeze(-1).sigmoid()
             return torch.stack([1 - positive, positive], dim=-1)
         raise ValueError(f"a {self.name} likelihood has no class probabilities")
-
-
-@dataclass(frozen=True)
-class NextToken(Likelihood):
-    """The categorical likelihood of a causal language model's scored tokens
-    (:mod:`bayesflow.llm.problem`): outputs (..., S, V) logits, targets (..., S) token ids,
-    log p per token (..., S)."""
-
-    name: str = "next_token"
-    task: str = "classification"
-
-    def log_prob(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        vocabulary = outputs.shape[-1]
-        flat = functional.cross_entropy(
-            outputs.reshape(-1, vocabulary), targets.reshape(-1).long(), reduction="none"
-        )
-        return -flat.view(targets.shape)
-
-    def output_hessian(self, outputs: Tensor) -> Tensor:
-        probs = outputs.softmax(-1)
-        return torch.diag_embed(probs) - probs.unsqueeze(-1) * probs.unsqueeze(-2)
-
-    def probabilities(self, outputs: Tensor) -> Tensor:
-        return outputs.softmax(-1)
 
 
 LIKELIHOODS: Registry[Any] = Registry("likelihood")
@@ -129,13 +138,10 @@ def energy() -> Likelihood:
     return Likelihood("energy", "energy")
 
 
-@LIKELIHOODS.register("next_token")
-def next_token() -> Likelihood:
-    """The categorical likelihood of a causal language model's scored tokens (:class:`NextToken`)."""
-    return NextToken()
-
-
 def build_likelihood(config: dict[str, Any]) -> Likelihood:
     """Build the likelihood a spec's ``likelihood`` section describes."""
     options = dict(config)
-    return LIKELIHOODS.get(options.pop("name"))(**options)
+    name = options.pop("name")
+    if name not in LIKELIHOODS:  # a family's own likelihood registers when its module loads
+        register_likelihood(name)
+    return LIKELIHOODS.get(name)(**options)

@@ -137,9 +137,6 @@ def restrict_problem(
     def forward(params: Tensor, inputs: Tensor) -> Tensor:
         return problem.forward(embedding.fill(params), inputs)
 
-    # What a layer-wise method (KFAC, bayesflow.engines.kfac) reads to find the layers.
-    forward.restricted = (problem, embedding)  # type: ignore[attr-defined]
-
     def log_prior(params: Tensor) -> Tensor:
         return problem.log_prior(embedding.fill(params))
 
@@ -155,6 +152,8 @@ def restrict_problem(
         param_names=tuple(n for n, keep in zip(problem.param_names, chosen) if keep),
         param_shapes=tuple(s for s, keep in zip(problem.param_shapes, chosen) if keep),
         init_params=init_params,
+        module=None,  # its forward is not the module's over this vector
+        parent=(problem, embedding),  # a layer-wise method (KFAC) finds the layers there
     )
     return subproblem, embedding
 

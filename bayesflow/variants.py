@@ -15,6 +15,7 @@ from bayesflow.data import Dataset, check_data, load_dataset
 from bayesflow.data.reference import reference_digest, with_reference
 from bayesflow.data.statements import with_statements
 from bayesflow.errors import DataError, SpecError
+from bayesflow.families import data_model_section, family_of
 from bayesflow.spec.checks import located
 from bayesflow.spec.load import LoadedSpec
 from bayesflow.spec.sweep import Sweep
@@ -30,29 +31,20 @@ def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None)
     ``loaded_data`` reuses data already loaded for an equal ``data``
     block from the same folder (the variants of a sweep)."""
     spec = loaded.spec
-    model = spec.model.model_dump(mode="json") if spec.data.name == "text" else None  # its tokenizer
+    model = data_model_section(spec)  # what the data loader reads of the model (a tokenizer)
     block = json.dumps([spec.data.model_dump(mode="json"), str(loaded.base_dir), model], sort_keys=True)
     cached = loaded_data if loaded_data is not None else {}
+    family = family_of(spec).implementation()
     try:
-        if spec.model.name == "causal_lm":  # the extra, the folder, the context, the subset
-            from bayesflow.llm.checks import check_language_model
-
-            check_language_model(spec, loaded.base_dir)
+        family.check_model(loaded)  # a language model: the extra, the folder, the context
         if block not in cached:
             cached[block] = load_dataset(spec.data.model_dump(), loaded.base_dir, model)
         check_data(cached[block], spec.likelihood.name)
-        if loaded.spec.model.name == "python":
-            # The user's module imported and its factory called now, under the user-code
-            # guard, so that validate and run refuse code that fails, exits or hangs (exit 3)
-            # with the message a fit would give.
-            from bayesflow.problem import build_network
-
-            build_network(loaded.spec, cached[block].num_features, cached[block].num_classes,
-                          loaded.spec.seeds[0])
+        family.check_with_data(loaded, cached[block])  # a `python:` model's factory, called
         dataset = with_reference(cached[block], loaded.spec, loaded.base_dir)
         dataset = with_statements(dataset, loaded.spec, loaded.base_dir)
-    except DataError as error:  # a text corpus's problems name spec keys (data.files.2)
-        if loaded.path is None or spec.data.name != "text":
+    except DataError as error:  # about the spec's keys (data.files.2), not a file of its own
+        if loaded.path is None or error.path is not None:
             raise
         raise located(error, loaded.locations, str(loaded.path)) from error
     except SpecError as error:  # point `data.module: ...`, `model.python: ...` at the spec's line

@@ -71,6 +71,8 @@ def user_code(spec: Any) -> list[str]:
     """What a run of ``spec`` imports or executes that is not bayesflow's own: a
     ``python:`` model or dataset, and a report template given as a path (a notebook is code)."""
     found = []
+    # The two names that mean "the user's own code" (the escape hatch), not a model family:
+    # the notice lists what runs that is not bayesflow's, whatever family runs it.
     if getattr(spec.model, "name", None) == "python":
         found.append(f"model.python {spec.model.python} (imported and called)")
     if getattr(spec.data, "name", None) == "python":

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import typer
 
-from bayesflow.errors import UsageError
-
 from bayesflow.cli.app import TRACKING_URI_OPTION, app, console, guarded, output
+from bayesflow.errors import UsageError
 
 __all__ = ["report", "ui"]
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import Any
 
+from bayesflow.dag.evaluators import active_evaluators
 from bayesflow.dag.reference import reference_cell
 from bayesflow.errors import SpecError
 from bayesflow.methods.registry import traits_of
@@ -327,10 +328,11 @@ def plan_cells(
             payload.update(reference=reference.key, reference_evaluation=judge.key)
             inputs = (fit.name, reference.name, judge.name)
         read = spec.evaluate.reference is not None and spec.evaluate.reference.file is not None
-        digested = "reference_file" if read else "statements" if spec.evaluate.statements else None
-        if digested is not None:  # the file's probabilities, or the statements' texts
+        files = [evaluator.key for evaluator in active_evaluators(spec.evaluate) if evaluator.reads_files]
+        digested = "reference_file" if read else files[0] if files else None
+        if digested is not None:  # the file's probabilities, or an evaluator's files (statements)
             if reference_digest is None:
-                key = "reference.file" if read else "statements"
+                key = "reference.file" if read else digested
                 raise ValueError(f"evaluate.{key} needs its digest (reference_digest)")
             payload[digested] = reference_digest
         evaluations[name] = Stage(name, "evaluate", inputs, _hash(payload), method, fit.engine,

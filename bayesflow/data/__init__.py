@@ -60,10 +60,10 @@ def load_dataset(
     """Load the dataset a spec's ``data`` section describes (``text`` also reads the
     ``model`` section: its folder's tokenizer)."""
     options = dict(config)
-    name = options.pop("name")
-    builder = DATASETS.get(name)
-    if name in ("csv", "imdb", "python", "text"):
+    entry = DATASETS.entry(options.pop("name"))
+    accepts = entry.parameters()
+    if "base_dir" in accepts:  # a loader of files or user code: relative to the spec's folder
         options["base_dir"] = base_dir
-    if name == "text":
+    if "model" in accepts:  # a loader that reads the model's tokenizer
         options["model"] = model
-    return builder(**options)
+    return entry.builder(**options)

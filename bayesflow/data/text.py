@@ -96,7 +96,7 @@ def encode_documents(
 
 def _folder_tokenizer(model: dict[str, Any] | None, base_dir: Path | None) -> tuple[Callable[[str], Any], int]:
     path = (model or {}).get("path")
-    if (model or {}).get("name") != "causal_lm" or not isinstance(path, str):
+    if not isinstance(path, str):
         raise SpecError(
             "data.tokenizer: `model` reads the tokenizer of the model folder, but the model "
             "has no `path`; use `tokenizer: bytes` for a model built from a config"

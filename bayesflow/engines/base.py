@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -36,12 +36,16 @@ from torch.func import jvp, vmap
 from bayesflow.engines.kronecker import KroneckerCovariance
 from bayesflow.errors import StageError
 
+if TYPE_CHECKING:
+    from torch import nn
+
 __all__ = [
     "DENSE_DIMENSION_LIMIT",
     "Batch",
     "ChainBatch",
     "Engine",
     "EngineBuilder",
+    "Observation",
     "Posterior",
     "Problem",
     "check_dense_dimension",
@@ -74,6 +78,32 @@ class ChainBatch(NamedTuple):
     targets: Tensor
 
 
+class Observation(Protocol):
+    """What the engines ask of a likelihood beyond ``log p`` (the hooks of
+    :class:`bayesflow.likelihoods.Likelihood`; a language model's datum is a scored token)."""
+
+    @property
+    def name(self) -> str:
+        """The registry name."""
+
+    @property
+    def dense_curvature(self) -> bool:
+        """Whether a dense curvature per datum is tractable."""
+
+    @property
+    def continual_curvature(self) -> str:
+        """The diagonal curvature a continual update sums."""
+
+    def data_points(self, targets: Any) -> int:
+        """How many data points a target array holds."""
+
+    def diagonal_curvature(self, kind: str, problem: Any) -> Any:
+        """The likelihood's own diagonal curvature ``kind``, or None for the per-example one."""
+
+    def kfac_layers(self, engine: str, kind: str, problem: Any) -> Any:
+        """The layers its KFAC covers, or None for the network's own."""
+
+
 @dataclass(frozen=True)
 class Problem:
     """A model, likelihood, prior and data size, seen in flat parameter space.
@@ -90,6 +120,22 @@ class Problem:
         dimension: d.
         param_names, param_shapes: the tensors a flat vector is made of, in order.
         init_params: ``generator -> params (d,)``, the model's own initialisation.
+        likelihood: the likelihood's registry name (logged, and read by the evidence).
+        device: where parameters and data live.
+        observation: the :class:`~bayesflow.likelihoods.Likelihood` itself, which says what
+            differs by likelihood (how many data points a target array holds, a per-datum
+            curvature); None for a hand-built problem (one data point per target row).
+        module: the ``nn.Module`` that ``forward`` calls with the flat vector unflattened
+            (a registered or ``python:`` network; layer-wise methods read its layers), or
+            the language model whose trainable tensors the vector holds; None for a plain
+            function.
+        parent: for a problem restricted to a subset of tensors (:mod:`bayesflow.subset`),
+            the full problem and the :class:`~bayesflow.subset.Embedding` of the subset
+            into it; None otherwise.
+        logits: a language model's ``(params, windows (n, L), keep) -> (n, keep, V)``
+            float32 logits of the last ``keep`` positions; None for other models.
+        without_last: a language model's scored logits computed from the windows without
+            their last token (which no scored logit reads); None for other models.
     """
 
     forward: Callable[[Tensor, Tensor], Tensor]
@@ -104,6 +150,17 @@ class Problem:
     init_params: Callable[[torch.Generator], Tensor]
     likelihood: str = "categorical"
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    observation: Observation | None = None
+    module: nn.Module | None = None
+    parent: tuple[Problem, Any] | None = None
+    logits: Callable[[Tensor, Tensor, int], Tensor] | None = None
+    without_last: Callable[[Tensor, Tensor], Tensor] | None = None
+
+    def data_points(self, targets: Tensor) -> int:
+        """How many data points ``targets`` holds (rows; a language model's scored tokens)."""
+        if self.observation is None:
+            return int(targets.shape[0])
+        return self.observation.data_points(targets)
 
     def log_posterior(self, params: Tensor, batch: Batch, prior_weight: float = 1.0) -> Tensor:
         """Per-datum normalised log posterior ``mean log p(y|x,θ) + c·log p(θ)/N``."""

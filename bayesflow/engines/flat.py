@@ -62,11 +62,11 @@ def layers_of(problem: Problem) -> list[Layer] | None:
     elementwise modules, or None when it is not such a stack.
 
     The model is the module that :func:`bayesflow.problem.build_problem` calls (its
-    ``forward.module``); the layers are used only when the module's parameters are exactly
+    ``module``); the layers are used only when the module's parameters are exactly
     the problem's, in the same order (a subset problem or a hand-written ``forward`` has
     other parameters, or none recorded).
     """
-    module = getattr(problem.forward, "module", None)
+    module = problem.module
     if not isinstance(module, nn.Module):
         return None
     children = list(module) if type(module) is nn.Sequential else [module]

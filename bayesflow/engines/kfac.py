@@ -108,8 +108,8 @@ def kfac_layers(problem: Problem, engine: str) -> Layers:
             fall back to a diagonal: the message says to select the layers it covers with
             ``parameters:`` or to use a diagonal Laplace).
     """
-    full, embedding = getattr(problem.forward, "restricted", (problem, None))
-    module = getattr(full.forward, "module", None)
+    full, embedding = problem.parent or (problem, None)
+    module = full.module
     if not isinstance(module, nn.Module):
         raise StageError(
             f"{engine}: needs the model's layers, but this model's forward pass is a plain "

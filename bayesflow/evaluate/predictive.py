@@ -28,7 +28,6 @@ from bayesflow.engines.base import Posterior, Problem
 from bayesflow.evaluate import metrics
 from bayesflow.evaluate.conventions import describe
 from bayesflow.evaluate.linearized import closed_form_scores, linearized_outputs_of
-from bayesflow.evaluate.tokens import evaluate_tokens
 from bayesflow.evaluate.uncertainty import decompose_uncertainty, ood_auroc
 from bayesflow.likelihoods import Likelihood
 
@@ -352,9 +351,11 @@ def evaluate_full(
     Returns:
         An :class:`Evaluation`; see :data:`bayesflow.evaluate.CONVENTIONS`.
     """
-    if likelihood.name == "next_token":  # a language model: every scored token is a point
-        return Evaluation(*evaluate_tokens(problem, draw_samples(posterior, n_samples, generator), x_test, y_test, ece_bins,
-                                           ece_binning=ece_binning, outputs_of=lambda s, x: predictive_outputs(problem, s, x, chunk)))
+    own = likelihood.evaluation(  # a likelihood of its own data points (a language model's tokens)
+        problem, lambda: draw_samples(posterior, n_samples, generator), x_test, y_test, ece_bins=ece_bins,
+        ece_binning=ece_binning, outputs_of=lambda s, x: predictive_outputs(problem, s, x, chunk))
+    if own is not None:
+        return Evaluation(*own)
     if likelihood.task not in ("classification", "regression"):
         raise ValueError(f"likelihood {likelihood.name!r} has task {likelihood.task!r}; "
                          "expected 'classification' or 'regression'")

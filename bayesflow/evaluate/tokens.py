@@ -101,7 +101,7 @@ def evaluate_tokens(
     if outputs_of is None:
         outputs_of = vmap(problem.forward, in_dims=(0, None))
     windows, scored = y_test.shape
-    vocabulary = int(problem.forward.language_model.config.vocab_size)  # type: ignore[attr-defined]
+    vocabulary = int(problem.module.config.vocab_size)  # type: ignore[union-attr,arg-type]  # a language model's
     chunk = min(samples.shape[0], SAMPLE_CHUNK)
     per_window = (chunk * _COPIES + 1) * scored * vocabulary * 8
     rows = rows_within(memory_budget(problem.device), 0, per_window, windows, "the token predictive")

@@ -2,7 +2,7 @@
 
 The extra is installed; a model folder holds a config, weights and a tokenizer; a window
 fits the model's context; the tokens (bytes, or the folder's tokenizer) fit its vocabulary; every LoRA target, layer and
-parameter glob names something in the model (and, for ``laplace_kfac_fisher``, only linear
+parameter glob names something in the model (and, for a KFAC of the empirical Fisher, only linear
 layers' tensors). The model's structure comes from its config
 alone, built on torch's ``meta`` device (no memory, no weights: a folder's ``config.json``
 is the only file read), so the check costs the same for a tiny model and for an 8B one.
@@ -88,12 +88,14 @@ def check_language_model(spec: Any, base_dir: Path | None) -> None:
 
 
 def _check_kfac_tensors(spec: Any, model: Any, names: list[str]) -> None:
-    """KFAC (``laplace_kfac_fisher``) covers the weights and biases of ``nn.Linear`` layers
+    """KFAC of the empirical Fisher covers the weights and biases of ``nn.Linear`` layers
     only (:func:`bayesflow.llm.kfac.lm_kfac_layers`): a glob that also takes a norm's scale
     or an embedding is refused at the globs' line, naming those tensors and the method."""
     from torch import nn
 
-    methods = [name for name, method in spec.methods.items() if method.engine == "laplace_kfac_fisher"]
+    from bayesflow.methods.registry import methods_with_curvature, traits_of
+
+    methods = [name for name, method in spec.methods.items() if traits_of(method.engine).curvature == "kfac_fisher"]
     if not methods:
         return
     linear = {f"{module_name}.{kind}" for module_name, module in model.named_modules()
@@ -101,12 +103,13 @@ def _check_kfac_tensors(spec: Any, model: Any, names: list[str]) -> None:
     others = [name for name in names if name not in linear]
     if others:
         shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
+        engine = spec.methods[methods[0]].engine
         raise SpecError(
-            f"model.trainable.parameters: laplace_kfac_fisher (methods.{methods[0]}) covers the "
+            f"model.trainable.parameters: {engine} (methods.{methods[0]}) covers the "
             "weights and biases of linear layers (LoRA adapters, attention and MLP projections), "
             f"but these globs also select {shown}; select only projections (for "
             "example `model.layers.1.self_attn.*_proj.*` and `model.layers.1.mlp.*`), use "
-            "LoRA, or laplace_diag_fisher"
+            f"LoRA, or {methods_with_curvature('diag_fisher')}"
         )
 
 

@@ -12,9 +12,10 @@ pass per class.
   Section 9; Kunstner et al., 2019, https://arxiv.org/abs/1905.12558) at the cost of the
   empirical Fisher, where the exact diagonal GGN needs V backward passes per token.
 
-The registered ``laplace_diag_fisher`` and ``laplace_diag_ggn`` methods use them on a
-``next_token`` problem (:func:`token_curvature`); their per-*example* curvatures would take
-a window of S tokens as one datum.
+The diagonal Laplace methods of those curvatures (traits ``curvature``: ``diag_fisher``,
+``diag_ggn``) take them through the likelihood
+(:meth:`bayesflow.llm.likelihood.NextToken.diagonal_curvature`); their per-*example*
+curvatures would take a window of S tokens as one datum.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def token_rows(problem: Problem, params: Tensor, window: Tensor) -> int:
 
     with torch.no_grad():
         scored, vocabulary = problem.forward(params, window).shape[-2:]
-    config = getattr(getattr(problem.forward, "language_model", None), "config", None)
+    config = getattr(problem.module, "config", None)
     hidden = int(getattr(config, "hidden_size", 0) or 0)
     row = 4 * (scored * vocabulary + params.numel() + 16 * window.shape[-1] * hidden)
     return int(min(scored, max(1, memory_budget(params.device) // 4 // row)))
@@ -124,13 +125,13 @@ def sampled_token_ggn(generator: torch.Generator) -> Curvature:
     return curvature
 
 
-def token_curvature(name: str, problem: Problem) -> Curvature:
-    """The token-level curvature of a diagonal Laplace method: the empirical Fisher for
-    ``laplace_diag_fisher``, the sampled GGN for ``laplace_diag_ggn`` (its generator seeded
-    with :data:`GGN_SAMPLE_SEED`, so every build draws the same tokens)."""
-    if name == "laplace_diag_fisher":
+def token_curvature(kind: str, problem: Problem) -> Curvature:
+    """The token-level diagonal curvature ``kind``: the empirical Fisher for ``diag_fisher``,
+    the sampled GGN for ``diag_ggn`` (its generator seeded with :data:`GGN_SAMPLE_SEED`, so
+    every build draws the same tokens)."""
+    if kind == "diag_fisher":
         return token_diagonal_fisher
-    if name == "laplace_diag_ggn":
+    if kind == "diag_ggn":
         return sampled_token_ggn(torch.Generator(problem.device).manual_seed(GGN_SAMPLE_SEED))
-    raise ValueError(f"{name} has no token-level curvature (laplace_diag_fisher, laplace_diag_ggn do)")
+    raise ValueError(f"{kind!r} has no token-level form (diag_fisher and diag_ggn do)")
 

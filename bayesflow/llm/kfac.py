@@ -11,7 +11,7 @@ https://arxiv.org/abs/2311.00636), every position a row, exactly as
 
 - rows: the positions 0 … L − 2 of every window, the positions whose outputs can reach a
   scored token (causal attention: position p reads positions ≤ p); the window's last
-  position predicts nothing and is never run (``forward.without_last`` of
+  position predicts nothing and is never run (``Problem.without_last`` of
   :func:`~bayesflow.llm.problem.build_lm_problem`), so R = windows × (L − 1);
 - a: the layer's input at the row; g: the gradient, at the layer's output at that row, of
   the window's summed scored-token log likelihood (one backward pass per batch).
@@ -23,8 +23,8 @@ approximation. The factors are packed as :mod:`bayesflow.engines.kfac` packs the
 ``T · (G ⊗ A + c·δ)⁻¹`` (a :class:`~bayesflow.engines.kronecker.KroneckerCovariance`).
 Only the trainable tensors enter: the frozen weights stay in the model, never flattened.
 
-The registered ``laplace_kfac_fisher`` takes these layers on a ``next_token`` problem
-(:func:`bayesflow.methods.laplace_kfac.language_model_layers`; docs/llm.md).
+The KFAC Laplace of the empirical Fisher takes these layers on a ``next_token`` problem
+(:meth:`bayesflow.llm.likelihood.NextToken.kfac_layers`; docs/llm.md).
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ def lm_kfac_layers(problem: Problem) -> Layers:
             problem, or a trainable tensor is not the weight or bias of an ``nn.Linear``
             (an embedding, a norm's scale).
     """
-    model = getattr(problem.forward, "language_model", None)
-    without_last = getattr(problem.forward, "without_last", None)
+    model, without_last = problem.module, problem.without_last
     if not isinstance(model, nn.Module) or without_last is None:
         raise StageError(f"{ENGINE}: needs a language-model problem (build_lm_problem)")
     starts, position = {}, 0

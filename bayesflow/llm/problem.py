@@ -27,7 +27,7 @@ from torch.func import functional_call
 
 from bayesflow.engines.base import Problem
 from bayesflow.errors import SpecError
-from bayesflow.likelihoods import NextToken
+from bayesflow.llm.likelihood import NextToken
 from bayesflow.priors import Prior
 
 __all__ = ["NextToken", "build_lm_problem", "check_window", "context_of", "trainable_values"]
@@ -86,6 +86,7 @@ def build_lm_problem(
         device: where the model and the data live.
     """
     device = torch.device(device)
+    likelihood = NextToken()
     tensors = trainable_values(model, names)
     shapes = tuple(tuple(value.shape) for value in tensors.values())
     dtypes = tuple(value.dtype for value in tensors.values())
@@ -110,10 +111,6 @@ def build_lm_problem(
         scored logit reads (causal attention): the model never sees that position."""
         return logits(params, inputs[..., :-1], scored)
 
-    forward.language_model = model  # type: ignore[attr-defined]  # what a reader may inspect
-    forward.without_last = without_last  # type: ignore[attr-defined]  # bayesflow.llm.kfac
-    forward.logits = logits  # type: ignore[attr-defined]  # any last positions: bayesflow.llm.statements
-
     def init_params(generator: torch.Generator) -> Tensor:
         """LoRA ``A`` drawn as peft draws it (Kaiming uniform, a = √5) under ``generator``,
         ``B`` zero (the adapted model starts equal to the base); any other trainable tensor
@@ -132,8 +129,8 @@ def build_lm_problem(
 
     return Problem(
         forward=forward,
-        log_likelihood=NextToken().log_prob,
-        output_hessian=NextToken().output_hessian,
+        log_likelihood=likelihood.log_prob,
+        output_hessian=likelihood.output_hessian,
         log_prior=bound_prior.log_prob,
         prior_precision=bound_prior.precision,
         num_data=num_data,
@@ -141,8 +138,12 @@ def build_lm_problem(
         param_names=names,
         param_shapes=shapes,
         init_params=init_params,
-        likelihood="next_token",
+        likelihood=likelihood.name,
         device=device,
+        observation=likelihood,
+        module=model,
+        logits=logits,  # any last positions: bayesflow.llm.statement_scores, posterior texts
+        without_last=without_last,  # bayesflow.llm.kfac
     )
 
 

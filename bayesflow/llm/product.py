@@ -21,12 +21,12 @@ import numpy as np
 from torch import nn
 
 from bayesflow.engines.base import Posterior, Problem
+from bayesflow.llm.family import REFERENCE, absolute_path, base_model_text
 from bayesflow.spec.llm import CausalLMSpec
 
 __all__ = ["ARRAYS", "REFERENCE", "LoadedLM", "absolute_path", "base_model_text", "load_lm_posterior",
            "save_lm_posterior"]
 
-REFERENCE = "base_model.json"
 ARRAYS = "posterior.npz"
 
 
@@ -62,25 +62,6 @@ def save_lm_posterior(
     (folder / REFERENCE).write_text(base_model_text(spec, scored))
 
 
-def base_model_text(spec: CausalLMSpec, scored: int, base_dir: Path | None = None) -> str:
-    """The text of ``base_model.json``: the model section (a config-built model's ``seed``
-    included; a folder by its path, made absolute from ``base_dir`` when given) and the
-    tokens scored per window."""
-    model = spec.model_dump(mode="json")
-    if base_dir is not None and isinstance(model.get("path"), str):
-        model["path"] = absolute_path(model["path"], base_dir)
-    return json.dumps({"model": model, "scored": scored}, indent=2) + "\n"
-
-
-def absolute_path(path: str, base_dir: Path | None) -> str:
-    """A relative model folder ``path`` made absolute from ``base_dir`` (default the working
-    directory); an absolute or ``package:`` path as it is (``package:`` resolves inside the
-    installed bayesflow wherever it is loaded)."""
-    if path.startswith("package:") or Path(path).expanduser().is_absolute():
-        return path
-    return str(((base_dir or Path.cwd()) / path).resolve())
-
-
 def load_lm_posterior(folder: Path, base_dir: Path | None = None) -> LoadedLM:
     """Rebuild the base model from ``base_model.json`` and read the posterior.
 
@@ -88,8 +69,7 @@ def load_lm_posterior(folder: Path, base_dir: Path | None = None) -> LoadedLM:
         PosteriorError: a file is missing, or the rebuilt model's trainable tensors differ
             from the file's.
     """
-    from bayesflow.llm import build_causal_lm
-    from bayesflow.llm.problem import build_lm_problem
+    from bayesflow.llm.family import language_model_problem
     from bayesflow.posterior.files import PosteriorError
     from bayesflow.priors import none
 
@@ -99,8 +79,10 @@ def load_lm_posterior(folder: Path, base_dir: Path | None = None) -> LoadedLM:
     reference = json.loads((folder / REFERENCE).read_text())
     with np.load(folder / ARRAYS) as stored:
         arrays = {name: stored[name] for name in stored.files}
-    model, names = build_causal_lm(reference["model"], base_dir)
-    problem = build_lm_problem(model, names, none(), 1, int(reference["scored"]))
+    problem, _ = language_model_problem(reference["model"], int(reference["scored"]), none(), "cpu", base_dir,
+                                        shared=False)
+    model, names = problem.module, problem.param_names
+    assert model is not None
     shapes = ["x".join(map(str, shape)) or "scalar" for shape in problem.param_shapes]
     if list(names) != arrays["param_names"].tolist() or shapes != arrays["param_shapes"].tolist():
         raise PosteriorError(

@@ -136,7 +136,8 @@ def _word_log_probs(
     inputs = torch.as_tensor(padded, device=device)
     owner = torch.as_tensor(owners, device=device)
     place = torch.as_tensor(positions, device=device)
-    logits_of = problem.forward.logits  # type: ignore[attr-defined]
+    logits_of = problem.logits
+    assert logits_of is not None, "statements are scored under a language-model problem"
 
     def picked(params: Tensor) -> Tensor:
         return logits_of(params, inputs, keep)[owner, place]  # (P, V)

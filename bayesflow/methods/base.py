@@ -71,9 +71,10 @@ class Traits:
             there share one pass): ``prediction``; a Laplace's post-hoc prior and noise.
         models, priors: the model and prior names (``model.name``, ``prior.name``) it is
             valid for, checked at validate; None: any (a closed form holds for some only).
-        per_window: False when its engine takes one gradient or curvature per example
-            with one output row each (EKF), so it cannot run on a causal language model,
-            whose example is a window of scored tokens (:mod:`bayesflow.spec.llm_checks`).
+        per_example_rows: its engine takes one gradient or curvature row per example,
+            each example one output row (EKF); a family whose example holds many data
+            points (a causal language model's window of scored tokens) refuses it
+            (:mod:`bayesflow.families`).
     """
 
     shares_temperature: Literal["never", "always", "posterior"] = "never"
@@ -89,7 +90,7 @@ class Traits:
     prediction_fields: frozenset[str] = frozenset({"prediction"})
     models: frozenset[str] | None = None
     priors: frozenset[str] | None = None
-    per_window: bool = True
+    per_example_rows: bool = False
 
     def shared_across_temperatures(self, convention: str) -> bool:
         """Whether one fit serves every temperature under a temperature ``convention``."""

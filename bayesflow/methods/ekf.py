@@ -266,6 +266,6 @@ def step_loss(problem: Problem, tempering: Tempering, mean: Tensor, batch: Batch
 
 
 METHODS = (
-    Method("ekf_diag_fisher", EKFDiagSpec, Traits(posterior="gaussian", per_window=False), build),
-    Method("ekf_dense_fisher", EKFDenseSpec, Traits(posterior="gaussian", per_window=False), build_dense),
+    Method("ekf_diag_fisher", EKFDiagSpec, Traits(posterior="gaussian", per_example_rows=True), build),
+    Method("ekf_dense_fisher", EKFDenseSpec, Traits(posterior="gaussian", per_example_rows=True), build_dense),
 )

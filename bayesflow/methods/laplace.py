@@ -89,7 +89,7 @@ __all__ = [
     "LaplaceState",
     "build",
     "build_laplace",
-    "per_token",
+    "per_datum",
 ]
 
 Curvature = Callable[["Problem", "Tensor", "Batch"], "Tensor"]
@@ -186,10 +186,11 @@ def build_laplace(
 
     dense = diagonal is not None
     if diagonal is not None:
-        if problem.likelihood == "next_token":
+        if problem.observation is not None and not problem.observation.dense_curvature:
             raise StageError(
-                f"{name}: a language model's curvature is taken per scored token, diagonal "
-                "only: use laplace_diag_fisher (empirical Fisher) or laplace_diag_ggn (sampled GGN)"
+                f"{name}: a {problem.likelihood} likelihood's curvature is taken per datum "
+                "(a language model's scored token), diagonal or Kronecker-factored only: use "
+                f"{diagonal} or a KFAC Laplace"
             )
         check_dense_dimension(name, problem, diagonal)
     temperature, prior_weight = tempering.temperature, tempering.prior_weight
@@ -226,7 +227,7 @@ def build(problem: Problem, tempering: Tempering, config: LaplaceSpec) -> Engine
     """Diagonal GGN Laplace ``N(θ*, diag(T / (Σᵢ diag(JᵢᵀHᵢJᵢ) + c·prior_precision)))``."""
     from bayesflow.engines.curvature import diagonal_ggn
 
-    curvature = per_token("laplace_diag_ggn", problem, diagonal_ggn)
+    curvature = per_datum("diag_ggn", problem, diagonal_ggn)
     return build_laplace("laplace_diag_ggn", problem, tempering, config, curvature)
 
 
@@ -236,7 +237,7 @@ def build_diag_fisher(
     """Diagonal empirical-Fisher Laplace ``N(θ*, diag(T / (Σᵢ gᵢ² + c·prior_precision)))``."""
     from bayesflow.engines.curvature import diagonal_fisher
 
-    curvature = per_token("laplace_diag_fisher", problem, diagonal_fisher)
+    curvature = per_datum("diag_fisher", problem, diagonal_fisher)
     return build_laplace("laplace_diag_fisher", problem, tempering, config, curvature)
 
 
@@ -284,15 +285,13 @@ def build_dense_hessian(
     )
 
 
-def per_token(name: str, problem: Problem, curvature: Curvature) -> Curvature:
-    """``curvature`` (one term per example), or on a ``next_token`` problem, whose example
-    is a window of S scored tokens, the token-level one of :mod:`bayesflow.llm.curvature`
-    (one term per scored token: the empirical Fisher, or the GGN from sampled tokens)."""
-    if problem.likelihood != "next_token":
-        return curvature
-    from bayesflow.llm.curvature import token_curvature
-
-    return token_curvature(name, problem)
+def per_datum(kind: str, problem: Problem, curvature: Curvature) -> Curvature:
+    """``curvature`` (one term per example), or the likelihood's own diagonal curvature
+    ``kind`` when its data points are not the rows (a language model's scored tokens:
+    :meth:`bayesflow.likelihoods.Likelihood.diagonal_curvature`)."""
+    observation = problem.observation
+    own = None if observation is None else observation.diagonal_curvature(kind, problem)
+    return curvature if own is None else own
 
 
 class LaplaceState(NamedTuple):

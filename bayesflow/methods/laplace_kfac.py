@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import Field
 
-from bayesflow.errors import StageError
 from bayesflow.methods.laplace import LaplaceBase, _laplace
 
 if TYPE_CHECKING:
@@ -132,10 +131,8 @@ def build_kfac(
         kfac_layers,
         kronecker_posterior,
     )
-    if problem.likelihood == "next_token":
-        layers = language_model_layers(name, kind, problem)
-    else:
-        layers = kfac_layers(problem, name)
+    own = None if problem.observation is None else problem.observation.kfac_layers(name, kind, problem)
+    layers = kfac_layers(problem, name) if own is None else own
     size = factor_size(layers)
     temperature, prior_weight = tempering.temperature, tempering.prior_weight
     check_prior(problem, layers)  # at build, not after a curvature pass
@@ -161,25 +158,6 @@ def build_kfac(
         return Posterior(mean=state.params, var=var, kronecker=kronecker)
 
     return Engine(init, update, posterior, 1, config.batch_size)
-
-
-def language_model_layers(name: str, kind: FactorKind, problem: Problem) -> Layers:
-    """The trainable ``nn.Linear`` layers of a ``next_token`` problem (LoRA adapters,
-    projections) as :mod:`bayesflow.llm.kfac` finds them, every position of a window a row
-    (imported here only: nothing of ``llm/`` on the other path).
-
-    Raises:
-        StageError: the GGN, whose G takes a backward pass per class of the vocabulary.
-    """
-    if kind != "fisher":
-        raise StageError(
-            f"{name}: on a language model G would take one backward pass per class of the "
-            "vocabulary (32k-128k tokens); use laplace_kfac_fisher (the Kronecker-factored "
-            "empirical Fisher) or laplace_diag_ggn (the diagonal GGN from sampled tokens)"
-        )
-    from bayesflow.llm.kfac import lm_kfac_layers
-
-    return lm_kfac_layers(problem)
 
 
 def build_ggn(problem: Problem, tempering: Tempering, config: LaplaceKfacGGNSpec) -> Engine:

@@ -18,7 +18,7 @@ from bayesflow.errors import RegistryError
 from bayesflow.methods.base import Method, Traits
 from bayesflow.registry import closest
 
-__all__ = ["METHODS", "MethodRegistry", "method_of", "traits_of"]
+__all__ = ["METHODS", "MethodRegistry", "method_of", "methods_with_curvature", "traits_of"]
 
 # Modules of the package that hold shared pieces, not methods.
 _NOT_METHODS = frozenset({"base", "registry"})
@@ -112,3 +112,9 @@ def method_of(config: Any) -> Method:
 def traits_of(config: Any) -> Traits:
     """The traits of a method's spec or engine name."""
     return method_of(config).traits
+
+
+def methods_with_curvature(curvature: str) -> str:
+    """The registered methods whose curvature pass is ``curvature``, as ``a or b`` for a
+    message (modules outside :mod:`bayesflow.methods` name methods only through this)."""
+    return " or ".join(method.name for method in METHODS if method.traits.curvature == curvature)

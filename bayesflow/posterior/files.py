@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bayesflow.errors import BayesflowError
+from bayesflow.families import data_model_section
 
 if TYPE_CHECKING:
     from bayesflow.spec import WorkflowSpec
@@ -93,6 +94,6 @@ def cell_sizes(spec: WorkflowSpec, base_dir: Path | None = None) -> dict[str, An
     """``num_features``, ``num_classes`` and ``input_dtype`` of the spec's data, by loading
     them (once per process and dataset)."""
     data = json.dumps(spec.data.model_dump(mode="json"), sort_keys=True)
-    model = json.dumps(spec.model.model_dump(mode="json") if spec.data.name == "text" else None, sort_keys=True)
+    model = json.dumps(data_model_section(spec), sort_keys=True)
     features, classes, dtype = _sizes(data, str(base_dir or Path.cwd()), model)
     return {"num_features": features, "num_classes": classes, "input_dtype": dtype}

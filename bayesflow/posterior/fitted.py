@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from bayesflow.families import family_of
 from bayesflow.posterior.files import PosteriorError, cell_sizes, read_spec
-from bayesflow.posterior.language import language_model_problem, language_model_with
 from bayesflow.stages.evaluate import PREDICTIVE_SEED_OFFSET
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class FittedPosterior:
 
     @property
     def engine(self) -> str | None:
-        """The engine that fitted it (``laplace_diag_ggn``)."""
+        """The engine that fitted it (its run's ``engine`` param)."""
         return self.cell.get("engine")
 
     @property
@@ -307,12 +307,9 @@ class FittedPosterior:
     def module(self, params: Any = None) -> nn.Module:
         """The network (in eval mode) with ``params`` loaded: a (d,) flat vector, default
         the posterior mean (the mean of the samples for a sample set)."""
-        import copy
-
         import torch
-        from torch.nn.utils import vector_to_parameters
 
-        problem, _, network = self._build()
+        problem, _, _ = self._build()
         if params is None:
             samples = self.posterior.samples
             params = samples.mean(0) if samples is not None else self.posterior.mean
@@ -322,12 +319,7 @@ class FittedPosterior:
                 f"module() takes one flat parameter vector of shape ({self.dimension},), got "
                 f"{tuple(values.shape)}; pass one row of sample()"
             )
-        if self.spec.model.name == "causal_lm":  # only the trainable tensors are in params
-            return language_model_with(problem, values)
-        network = copy.deepcopy(network)
-        with torch.no_grad():
-            vector_to_parameters(values.to(next(network.parameters()).dtype), network.parameters())
-        return network.eval()
+        return family_of(self.spec).implementation().module_with(problem, values)
 
     def _inputs(self, x: Any) -> Tensor:
         """``x`` as a tensor: floating inputs in the parameters' dtype, integer ones (token
@@ -362,24 +354,22 @@ def _generator(seed: int | None) -> torch.Generator:
 def _build_problem(
     spec: WorkflowSpec, cell: dict[str, Any], device: str, base_dir: Path | None = None
 ) -> tuple[Problem, Likelihood, nn.Module]:
-    """Rebuild the network and problem as ``WorkflowContext.problem`` does: the likelihood's
+    """Rebuild the problem as a fit stage does, by the spec's model family: the likelihood's
     outputs from ``num_classes``, the model seeded with the fit's seed (a network with
     random buffers gets the same ones). The prior is left out: no use here needs it."""
     import torch
 
+    from bayesflow.families import family_of
+    from bayesflow.families.base import Sizes
     from bayesflow.priors import none
-    from bayesflow.problem import build_network, build_problem
 
-    if spec.model.name == "causal_lm":
-        return language_model_problem(spec, device, base_dir)  # type: ignore[no-any-return]
-    num_classes = cell.get("num_classes")
+    classes, features = cell.get("num_classes"), cell.get("num_features")
+    sizes = Sizes(None if features is None else int(features), None if classes is None else int(classes),
+                  int(cell.get("seed") or 0))
     with torch.random.fork_rng(devices=[]):  # leave the caller's random state as it was
-        likelihood, module = build_network(
-            spec, int(cell["num_features"]), None if num_classes is None else int(num_classes),
-            int(cell.get("seed") or 0),
-        )
-    problem = build_problem(module, likelihood, none(), 1, device)
-    return problem, likelihood, module
+        problem, likelihood = family_of(spec).implementation().problem(spec, sizes, none(), device, base_dir)
+    assert problem.module is not None
+    return problem, likelihood, problem.module
 
 
 def _closed_form_prediction(problem: Any, likelihood: Any, posterior: Any, inputs: Any) -> Any:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bayesflow.families import family_of
 from bayesflow.posterior.files import PosteriorError
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def score_texts(
     from bayesflow.posterior.fitted import EVALUATION_SEED_OFFSET
 
     spec = posterior.spec
-    if spec.model.name != "causal_lm":
+    if not family_of(spec).scores_texts:
         raise PosteriorError(f"score_texts scores texts under a causal_lm posterior, not a {spec.model.name!r} one")
     values = check_texts(texts)
     encoded, _ = encode_documents(values, spec.data, spec.model.model_dump(mode="json"), posterior.base_dir)
@@ -143,7 +144,7 @@ def _scores(problem: Any, members: Tensor, encoded: Sequence[np.ndarray], length
     pieces = [(row, ids[start:end], first - start)
               for row, ids in enumerate(encoded) for start, end, first in text_windows(ids.shape[0], length, stride)]
     pieces.sort(key=lambda piece: piece[1].shape[0])  # similar lengths together: little padding
-    vocabulary = int(problem.forward.language_model.config.vocab_size)
+    vocabulary = int(problem.module.config.vocab_size)
     chunk = min(members.shape[0], SAMPLE_CHUNK)
     per_window = (chunk * 4 + 1) * length * vocabulary * 8  # as evaluate.tokens: float64 copies per member
     rows = rows_within(memory_budget(problem.device), 0, per_window, len(pieces), "the text scores")
@@ -160,7 +161,7 @@ def _scores(problem: Any, members: Tensor, encoded: Sequence[np.ndarray], length
             labels += window[scored:].tolist()
         inputs = torch.as_tensor(padded, device=problem.device)
         where = torch.as_tensor(places, device=problem.device).T
-        probabilities = _probabilities(problem.forward.logits, members.split(chunk), inputs, where)
+        probabilities = _probabilities(problem.logits, members.split(chunk), inputs, where)
         stats = token_statistics(probabilities, torch.as_tensor(labels, device=problem.device))
         owner = np.asarray(owners)
         np.add.at(sums["tokens"], owner, 1.0)

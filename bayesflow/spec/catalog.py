@@ -20,9 +20,9 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from bayesflow.spec.blocks import DataSpec, LikelihoodSpec, ModelSpec, PriorSpec
 from bayesflow.spec.errors import union_members
 from bayesflow.spec.methods import MethodSpec
-from bayesflow.spec.blocks import DataSpec, LikelihoodSpec, ModelSpec, PriorSpec
 from bayesflow.spec.settings import PLOTS
 
 __all__ = [

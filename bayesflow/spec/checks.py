@@ -115,4 +115,4 @@ def located(error: SpecError, locations: dict[tuple[str, ...], Any], source: str
             problems += format_cross_problems([(tuple(key.split(".")), message)], locations, source)
         else:
             problems.append(problem)
-    return SpecError(problems, source)
+    return type(error)(problems, source)  # a DataError stays one

@@ -4,8 +4,8 @@ A ``causal_lm`` model reads ``text`` data under the ``next_token`` likelihood, a
 those go together (the data/model pair is :func:`bayesflow.spec.relations.cross_check`'s
 ``ACCEPTS`` check). A method runs on a language model when its engine takes gradients and
 log posteriors of the whole batch: every method but those whose traits say they take one
-gradient or curvature row per example (``per_window``: EKF), a curvature other than the
-token Fisher or the KFAC empirical Fisher (the dense Laplaces, ``laplace_kfac_ggn``), or a closed form for other models
+gradient or curvature row per example (``per_example_rows``: EKF), a curvature other than the
+token Fisher or the KFAC empirical Fisher (the dense Laplaces, the KFAC GGN), or a closed form for other models
 (``models``: the conjugate linear model). What needs the model's structure (its context,
 its modules) is :mod:`bayesflow.llm.checks`, run with the data.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bayesflow.methods.registry import METHODS
+from bayesflow.methods.registry import METHODS, methods_with_curvature
 
-__all__ = ["LM_CURVATURES", "language_model_methods", "language_model_problems"]
+__all__ = ["LM_CURVATURES", "language_model_methods", "language_model_problems", "refusal"]
 
 Problem = tuple[tuple[str, ...], str]
 
@@ -24,21 +24,30 @@ Problem = tuple[tuple[str, ...], str]
 # (bayesflow.llm.curvature): the empirical Fisher, and the GGN from sampled tokens; and the
 # Kronecker-factored empirical Fisher of the trainable linear layers (bayesflow.llm.kfac).
 LM_CURVATURES = frozenset({"diag_fisher", "diag_ggn", "kfac_fisher"})
-# Why a method cannot run on a language model, where the general reason says too little.
-_REASONS = {
-    "laplace_kfac_ggn": "its G takes one backward pass per class of the vocabulary (32k-128k "
-                        "tokens); use laplace_kfac_fisher, the Kronecker-factored empirical Fisher",
+# Why a curvature cannot run on a language model, where the general reason says too little,
+# and the curvature to use instead (its methods are named from the registry).
+_CURVATURE_REASONS = {
+    "kfac_ggn": (("its G takes one backward pass per class of the vocabulary (32k-128k tokens); use {}, "
+                  "the Kronecker-factored empirical Fisher"), "kfac_fisher"),
 }
 
 
-def _runs_on_language_model(traits: Any) -> bool:
-    return (traits.per_window and (traits.curvature is None or traits.curvature in LM_CURVATURES)
-            and (traits.models is None or "causal_lm" in traits.models))
+def refusal(traits: Any) -> str | None:
+    """Why a method of ``traits`` cannot run on a causal language model, or None when it can
+    (the family's rule, :data:`bayesflow.families.CAUSAL_LM`)."""
+    if traits.curvature in _CURVATURE_REASONS:
+        reason, instead = _CURVATURE_REASONS[traits.curvature]
+        return reason.format(methods_with_curvature(instead))
+    if traits.per_example_rows or (traits.curvature is not None and traits.curvature not in LM_CURVATURES):
+        return "it needs one gradient or curvature row per example, or a closed form"
+    if traits.models is not None and "causal_lm" not in traits.models:
+        return "it is a closed form for other models"
+    return None
 
 
 def language_model_methods() -> list[str]:
     """The engines that run on a causal language model, by name."""
-    return [method.name for method in METHODS if _runs_on_language_model(method.traits)]
+    return [method.name for method in METHODS if refusal(method.traits) is None]
 
 
 def _name(data: dict[str, Any], block: str) -> Any:
@@ -70,8 +79,8 @@ def language_model_problems(data: Any) -> list[Problem]:
         runs = ", ".join(language_model_methods())
         for name, method in methods.items():
             engine = method.get("engine") if isinstance(method, dict) else None
-            if isinstance(engine, str) and engine in METHODS and not _runs_on_language_model(METHODS.get(engine).traits):
-                reason = _REASONS.get(engine, "it needs one gradient or curvature row per example, or a closed form")
+            reason = refusal(METHODS.get(engine).traits) if isinstance(engine, str) and engine in METHODS else None
+            if reason is not None:
                 problems.append((("methods", str(name), "engine"),
                                  (f"{engine} cannot run on a causal language model ({reason}); "
                                  f"methods that can: {runs}")))

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from bayesflow.families import family_of
 from bayesflow.spec.strict import Strict
 
 __all__ = ["CIPHER", "StatementsSpec", "statements_problems"]
@@ -58,7 +59,7 @@ def statements_problems(data: Any) -> list[tuple[tuple[str, ...], str]]:
         return []
     model = data.get("model")
     name = model.get("name") if isinstance(model, dict) else None
-    if name == "causal_lm":
+    if "statements" in family_of(str(name)).evaluations:  # the family that scores words
         return []
     return [(("evaluate", "statements"),
              (f"scores the last word of statements under a causal language model, but "

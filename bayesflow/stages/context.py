@@ -63,45 +63,30 @@ class WorkflowContext:
         return torch.device(wanted)
 
     def problem(self, stage: Stage) -> tuple[Any, Any, Any]:
-        """The flat-parameter problem, the likelihood and the tempering of a stage.
+        """The flat-parameter problem, the likelihood and the tempering of a stage, built by
+        the spec's model family (:mod:`bayesflow.families`).
 
         The network is initialised under ``torch.manual_seed(stage.seed)``; a method that
         ignores the prior (its traits' ``uses_prior``) gets none; a stage without a
         temperature (a fit shared by every temperature, the prior predictive check) is
         tempered at T = 1.
         """
+        from bayesflow.families import family_of
+        from bayesflow.families.base import Sizes
         from bayesflow.priors import build_prior, none
-        from bayesflow.problem import build_network, build_problem
         from bayesflow.temperature import Tempering
 
         spec = self.spec
         prior = build_prior(spec.prior.model_dump())
         if stage.engine and not traits_of(stage.engine).uses_prior:
             prior = none()
-        if spec.model.name == "causal_lm":
-            problem, likelihood = self.language_model_problem(prior)
-        else:
-            likelihood, module = build_network(
-                spec, self.dataset.num_features, self.dataset.num_classes, stage.seed or 0
-            )
-            problem = build_problem(module, likelihood, prior, len(self.dataset.y_train), self.device())
+        sizes = Sizes(self.dataset.num_features, self.dataset.num_classes, stage.seed or 0, self.dataset.y_train)
+        problem, likelihood = family_of(spec).implementation().problem(
+            spec, sizes, prior, self.device(), self.loaded.base_dir
+        )
         temperature = 1.0 if stage.temperature is None else stage.temperature
         tempering = Tempering(temperature, problem.num_data, spec.temperature_convention)
         return problem, likelihood, tempering
-
-    def language_model_problem(self, prior: Any) -> tuple[Any, Any]:
-        """The problem over a ``causal_lm`` model's trainable tensors and its next-token
-        likelihood: the frozen model is built once per process (``shared_causal_lm``, a
-        ``path`` taken from the spec's folder) and N counts the scored training tokens."""
-        from bayesflow.likelihoods import build_likelihood
-        from bayesflow.llm import shared_causal_lm
-        from bayesflow.llm.problem import build_lm_problem
-
-        spec, device = self.spec, self.device()
-        model, names = shared_causal_lm(spec.model, self.loaded.base_dir)
-        model.to(device)
-        problem = build_lm_problem(model, names, prior, int(self.dataset.y_train.size), spec.data.scored, device)
-        return problem, build_likelihood(spec.likelihood.model_dump())
 
     def tensors(self, inputs: np.ndarray, targets: np.ndarray, device: Any) -> tuple[Any, Any]:
         """Two arrays as tensors on ``device``."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from bayesflow.dag.evaluators import active_evaluators
 from bayesflow.dag.plan import Stage
 from bayesflow.errors import StageError
 from bayesflow.stages.artefacts import EVALUATION_FILE, EvaluationArtefact, FitArtefact
@@ -102,10 +103,8 @@ def evaluate(
         metrics.update(scores)
         conventions.update(notes)
         arrays.update(added)
-    if settings.statements is not None:  # a language model's last words: stages/statements.py
-        from bayesflow.stages.statements import statement_evaluation
-
-        scores, notes, added = statement_evaluation(context, stage, problem, posterior)
+    for evaluator in active_evaluators(settings):  # registered extras: bayesflow.dag.evaluators
+        scores, notes, added = evaluator.load()(context, stage, problem, posterior)
         metrics.update(scores)
         conventions.update(notes)
         arrays.update(added)

@@ -319,21 +319,18 @@ class TrackingHook:
         """The fit as an MLflow pyfunc model (``runs:/<id>/model``), for MLflow stores only
         (a tracker whose ``uri`` names one; a wrapper of an ``MlflowTracker`` too):
         ``mlflow.pyfunc.load_model(...).predict(features)`` gives its posterior predictive.
-        A language model's fit logs ``posterior/base_model.json`` beside its posterior, and
-        a model that scores texts (:mod:`bayesflow.tracking.text_pyfunc`)."""
-        loaded = self._loaded(stage)
-        language = loaded.spec.model.name == "causal_lm"
-        if loaded.spec.model.name == "causal_lm":
-            from bayesflow.llm.product import REFERENCE, base_model_text
+        The model family says what else its posterior folder holds (a language model's
+        ``base_model.json``) and which pyfunc model it logs (:mod:`bayesflow.families`)."""
+        from bayesflow.families import family_of
 
-            text = base_model_text(loaded.spec.model, int(loaded.spec.data.model_dump()["scored"]), loaded.base_dir)
-            self.tracker.log_text(run_id, text, f"posterior/{REFERENCE}")
+        loaded = self._loaded(stage)
+        family = family_of(loaded.spec)
+        for name, text in family.implementation().posterior_files(loaded.spec, loaded.base_dir).items():
+            self.tracker.log_text(run_id, text, f"posterior/{name}")
         uri = getattr(self.tracker, "uri", None)
         if not isinstance(uri, str) or uri.startswith("memory:"):
             return
-        from bayesflow.tracking import pyfunc, text_pyfunc
-
-        log = text_pyfunc.log_text_model if language else pyfunc.log_posterior_model
+        log = family.pyfunc_logger()
         log(run_id, fit.posterior, loaded.to_yaml(), fit_parameters(loaded, stage), uri, base_dir=loaded.base_dir)
 
     def _earlier_run(self, stage: Stage) -> RunRecord | None:

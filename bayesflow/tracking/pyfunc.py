@@ -145,15 +145,15 @@ def log_posterior_model(
 
     Returns:
         The model's URI (``runs:/<run id>/model``), or None when nothing was logged (an
-        in-memory store, an ``energy`` likelihood, which has no predictive, or a
-        ``causal_lm`` model, whose pyfunc model scores texts:
-        :func:`bayesflow.tracking.text_pyfunc.log_text_model` logs it).
+        in-memory store, or an ``energy`` likelihood, which has no predictive). The
+        flat family's pyfunc model; a language model's scores texts
+        (:func:`bayesflow.tracking.text_pyfunc.log_text_model`; :mod:`bayesflow.families`).
     """
     if tracking_uri.startswith("memory:"):
         return None
     text = Path(spec_yaml).read_text() if _is_path(spec_yaml) else str(spec_yaml)
     spec = read_spec(text)
-    if spec.likelihood.name == "energy" or spec.model.name == "causal_lm":  # no table to predict
+    if spec.likelihood.name == "energy":  # the output is a log density: nothing to predict
         return None
     record = {**cell_of(cell), "run_id": run_id}
     if record.get("num_features") is None:

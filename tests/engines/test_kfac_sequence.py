@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from bayesflow.engines.kfac import accumulate_factors, kfac_layers, unpack
 from bayesflow.likelihoods import categorical
-from bayesflow.llm.problem import NextToken
+from bayesflow.llm.likelihood import NextToken
 from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
 

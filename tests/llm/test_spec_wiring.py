@@ -92,7 +92,7 @@ def test_the_context_builds_the_subset_problem_with_n_in_scored_tokens(
     windows, scored = context.dataset.y_train.shape
     assert problem.num_data == windows * scored == tempering.num_data
     assert likelihood.name == "next_token" and problem.likelihood == "next_token"
-    model = problem.forward.language_model
+    model = problem.module
     trainable_names = [name for name, value in model.named_parameters() if value.requires_grad]
     assert list(problem.param_names) == trainable_names
     assert problem.dimension == sum(value.numel() for name, value in model.named_parameters()
@@ -101,7 +101,7 @@ def test_the_context_builds_the_subset_problem_with_n_in_scored_tokens(
         assert all(name.startswith("model.layers.1.") for name in problem.param_names)
     # the stages share one frozen model: a second problem reads the same tensors
     again, _, _ = context.problem(stage)
-    assert again.forward.language_model is model
+    assert again.module is model
     x, _y = context.training_data(problem.device)
     params = problem.init_params(torch.Generator().manual_seed(0))
     logits = problem.forward(params, x[:2])

@@ -84,7 +84,7 @@ def test_frozen_weights_are_held_once() -> None:
     start = problem.init_params(torch.Generator().manual_seed(0))
     problem.forward(start, data()[0])
     added = sum(size for ptr, size in live_storages().items() if ptr not in before)
-    assert problem.forward.language_model is model  # type: ignore[attr-defined]
+    assert problem.module is model  # type: ignore[attr-defined]
     assert {n: p.data_ptr() for n, p in model.named_parameters() if n not in names} == frozen
     # the problem's own tensors: the trainable start and the prior's vectors, a few × d floats
     assert added <= 8 * problem.dimension * 4

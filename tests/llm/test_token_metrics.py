@@ -12,7 +12,7 @@ import torch
 from bayesflow.engines.base import Posterior
 from bayesflow.evaluate import evaluate_full, metrics, tokens
 from bayesflow.evaluate.uncertainty import decompose_uncertainty
-from bayesflow.likelihoods import NextToken
+from bayesflow.llm.likelihood import NextToken
 from bayesflow.llm import build_causal_lm
 from bayesflow.llm.problem import build_lm_problem
 from bayesflow.llm.text import token_windows
@@ -36,7 +36,7 @@ def setting() -> tuple[object, torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def own_probabilities(problem: object, samples: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
     """(K, n, S, V) softmax of the model's own forward with each sample's tensors set in place."""
-    model = problem.forward.language_model  # type: ignore[attr-defined]
+    model = problem.module
     values = dict(model.named_parameters())
     names, shapes = problem.param_names, problem.param_shapes  # type: ignore[attr-defined]
     saved = {name: values[name].detach().clone() for name in names}

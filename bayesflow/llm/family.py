@@ -1,0 +1,137 @@
+"""The causal language model family: a transformers model (built from a config or read
+from a local folder) whose trainable tensors (LoRA adapters, parameter globs) the engines
+infer, the rest frozen in place and held once per process
+(:func:`bayesflow.llm.shared_causal_lm`).
+
+Every problem of this family is built by :func:`language_model_problem`: a fit stage's, a
+loaded posterior's (``load_posterior``, the text pyfunc model) and a saved posterior
+folder's (:func:`bayesflow.llm.product.load_lm_posterior`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bayesflow.families.base import Sizes
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from bayesflow.data import Dataset
+    from bayesflow.engines.base import Problem
+    from bayesflow.likelihoods import Likelihood
+    from bayesflow.spec.load import LoadedSpec
+
+__all__ = ["FAMILY", "REFERENCE", "CausalLMFamily", "absolute_path", "base_model_text", "language_model_problem",
+           "language_model_with"]
+
+# The file beside a language model's posterior.npz that names its base model.
+REFERENCE = "base_model.json"
+
+
+def language_model_problem(
+    model: Any, scored: int, prior: Any, device: Any, base_dir: Path | None, train_targets: Any = None,
+    shared: bool = True,
+) -> tuple[Problem, Likelihood]:
+    """The problem over a ``causal_lm`` model section's trainable tensors and its next-token
+    likelihood.
+
+    Args:
+        model: the model section (a :class:`~bayesflow.spec.llm.CausalLMSpec` or its dict).
+        scored: tokens scored per window.
+        prior: the prior over the trainable tensors (``none()`` to predict).
+        device: where the model and the data live.
+        base_dir: the folder a relative ``model.path`` is taken from.
+        train_targets: the training windows' scored tokens; N their count (1 when None).
+        shared: read the process's one frozen model (False: a model of its own, as a saved
+            posterior folder gets).
+    """
+    from bayesflow.likelihoods import Likelihood
+    from bayesflow.llm import build_causal_lm, shared_causal_lm
+    from bayesflow.llm.problem import build_lm_problem
+
+    network, names = (shared_causal_lm if shared else build_causal_lm)(model, base_dir)
+    network.to(device)
+    problem = build_lm_problem(network, names, prior, 1, scored, device)
+    if train_targets is not None:  # N: the scored tokens, as the likelihood counts them
+        problem = _with_data_points(problem, train_targets)
+    likelihood = problem.observation
+    assert isinstance(likelihood, Likelihood)
+    return problem, likelihood
+
+
+def _with_data_points(problem: Problem, targets: Any) -> Problem:
+    from dataclasses import replace
+
+    assert problem.observation is not None
+    return replace(problem, num_data=problem.observation.data_points(targets))
+
+
+def language_model_with(problem: Problem, params: Any) -> nn.Module:
+    """A copy of the problem's language model with its trainable tensors set to the flat
+    vector ``params`` (the frozen weights are copied too: a model of its own)."""
+    import torch
+
+    model = copy.deepcopy(problem.module)
+    assert model is not None, "a language-model problem holds its model"
+    values = dict(model.named_parameters())
+    sizes = [math.prod(shape) for shape in problem.param_shapes]
+    with torch.no_grad():
+        for name, piece, shape in zip(problem.param_names, torch.as_tensor(params).split(sizes), problem.param_shapes):
+            values[name].copy_(piece.reshape(shape).to(values[name].dtype))
+    return model.eval()
+
+
+def base_model_text(spec: Any, scored: int, base_dir: Path | None = None) -> str:
+    """The text of ``base_model.json``: the model section (a config-built model's ``seed``
+    included; a folder by its path, made absolute from ``base_dir`` when given) and the
+    tokens scored per window."""
+    model = spec.model_dump(mode="json")
+    if base_dir is not None and isinstance(model.get("path"), str):
+        model["path"] = absolute_path(model["path"], base_dir)
+    return json.dumps({"model": model, "scored": scored}, indent=2) + "\n"
+
+
+def absolute_path(path: str, base_dir: Path | None) -> str:
+    """A relative model folder ``path`` made absolute from ``base_dir`` (default the working
+    directory); an absolute or ``package:`` path as it is (``package:`` resolves inside the
+    installed bayesflow wherever it is loaded)."""
+    if path.startswith("package:") or Path(path).expanduser().is_absolute():
+        return path
+    return str(((base_dir or Path.cwd()) / path).resolve())
+
+
+class CausalLMFamily:
+    """Causal language models on text windows under the next-token likelihood."""
+
+    def check_model(self, loaded: LoadedSpec) -> None:
+        """The extra, the folder, the context, the subset (:mod:`bayesflow.llm.checks`)."""
+        from bayesflow.llm.checks import check_language_model
+
+        check_language_model(loaded.spec, loaded.base_dir)
+
+    def check_with_data(self, loaded: LoadedSpec, dataset: Dataset) -> None:
+        """Nothing more: the windows were cut to the model's context by the data loader."""
+
+    def problem(
+        self, spec: Any, sizes: Sizes, prior: Any, device: Any, base_dir: Path | None
+    ) -> tuple[Problem, Likelihood]:
+        """The problem over the trainable tensors on the process's one frozen model."""
+        return language_model_problem(spec.model, int(spec.data.scored), prior, device, base_dir,
+                                      sizes.train_targets)
+
+    def module_with(self, problem: Problem, params: Any) -> nn.Module:
+        """:func:`language_model_with`."""
+        return language_model_with(problem, params)
+
+    def posterior_files(self, spec: Any, base_dir: Path | None) -> dict[str, str]:
+        """``base_model.json``: the model section (a folder by its absolute path) and the
+        tokens scored per window, what :func:`bayesflow.llm.product.load_lm_posterior` reads."""
+        return {REFERENCE: base_model_text(spec.model, int(spec.data.model_dump()["scored"]), base_dir)}
+
+
+FAMILY = CausalLMFamily()

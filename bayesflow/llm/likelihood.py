@@ -1,0 +1,95 @@
+"""The next-token likelihood of a causal language model: every scored token is a datum.
+
+Outputs are (..., S, V) logits of a window's S scored tokens, targets (..., S) token ids,
+log p per token (..., S). What differs from a likelihood of one datum per row is said
+here, where the methods and the evaluation ask for it: N counts scored tokens, the diagonal
+curvatures are taken per token (:mod:`bayesflow.llm.curvature`), KFAC covers the trainable
+linear layers with every position a row (:mod:`bayesflow.llm.kfac`), the predictive is
+scored token by token (:mod:`bayesflow.evaluate.tokens`), and a dense curvature (d × d per
+token) is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import functional
+
+from bayesflow.errors import StageError
+from bayesflow.likelihoods import LIKELIHOODS, Likelihood
+
+__all__ = ["NextToken", "next_token"]
+
+
+@dataclass(frozen=True)
+class NextToken(Likelihood):
+    """The categorical likelihood of a causal language model's scored tokens
+    (:mod:`bayesflow.llm.problem`)."""
+
+    name: str = "next_token"
+    task: str = "classification"
+    dense_curvature = False
+    continual_curvature = "diag_fisher"  # the empirical Fisher per token (posteriors' example)
+
+    def log_prob(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        vocabulary = outputs.shape[-1]
+        flat = functional.cross_entropy(
+            outputs.reshape(-1, vocabulary), targets.reshape(-1).long(), reduction="none"
+        )
+        return -flat.view(targets.shape)
+
+    def output_hessian(self, outputs: Tensor) -> Tensor:
+        probs = outputs.softmax(-1)
+        return torch.diag_embed(probs) - probs.unsqueeze(-1) * probs.unsqueeze(-2)
+
+    def probabilities(self, outputs: Tensor) -> Tensor:
+        return outputs.softmax(-1)
+
+    def data_points(self, targets: Tensor) -> int:
+        """Windows × scored tokens (a tensor's or an array's ``shape``)."""
+        return math.prod(targets.shape)
+
+    def diagonal_curvature(self, kind: str, problem: Any) -> Any:
+        """One term per scored token: the empirical Fisher, or the GGN from sampled tokens."""
+        from bayesflow.llm.curvature import token_curvature
+
+        return token_curvature(kind, problem)
+
+    def kfac_layers(self, engine: str, kind: str, problem: Any) -> Any:
+        """The trainable ``nn.Linear`` layers (LoRA adapters, projections), every position
+        of a window a row; the GGN is refused (its G takes one backward pass per class of
+        the vocabulary).
+
+        Raises:
+            StageError: ``kind`` is ``ggn``.
+        """
+        if kind != "fisher":
+            from bayesflow.methods.registry import methods_with_curvature
+
+            raise StageError(
+                f"{engine}: on a language model G would take one backward pass per class of the "
+                f"vocabulary (32k-128k tokens); use {methods_with_curvature('kfac_fisher')} (the "
+                f"Kronecker-factored empirical Fisher) or {methods_with_curvature('diag_ggn')} (the "
+                "diagonal GGN from sampled tokens)"
+            )
+        from bayesflow.llm.kfac import lm_kfac_layers
+
+        return lm_kfac_layers(problem)
+
+    def evaluation(self, problem: Any, samples: Any, inputs: Tensor, targets: Tensor, *, ece_bins: int,
+                   ece_binning: str, outputs_of: Any) -> Any:
+        """Every scored token of every held-out window a point (:mod:`bayesflow.evaluate.tokens`)."""
+        from bayesflow.evaluate.tokens import evaluate_tokens
+
+        return evaluate_tokens(problem, samples(), inputs, targets, ece_bins, ece_binning=ece_binning,
+                               outputs_of=outputs_of)
+
+
+@LIKELIHOODS.register("next_token")
+def next_token() -> Likelihood:
+    """The categorical likelihood of a causal language model's scored tokens (:class:`NextToken`)."""
+    return NextToken()
