@@ -206,7 +206,7 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """0 when every stage finished, 1 when a stage failed (DESIGN.md contract)."""
+        """0 when every stage finished, 1 when a stage failed (docs/design.md, "Contracts")."""
         return 0 if self.outcome.ok else 1
 
     @property

@@ -215,7 +215,7 @@ class Posterior:
         return self.mean + noise * self.var.sqrt()
 
     def to_arrays(self, problem: Problem) -> dict[str, np.ndarray]:
-        """The arrays of the ``posterior.npz`` contract (DESIGN.md)."""
+        """The arrays of the ``posterior.npz`` contract (docs/design.md, "Contracts")."""
         arrays: dict[str, np.ndarray] = {
             "param_names": np.array(problem.param_names),
             "param_shapes": np.array(

@@ -1,10 +1,11 @@
 """A language model's posterior as files: the trainable part only, plus a reference to the
 base model.
 
-``posterior.npz`` is the contract's file (DESIGN.md) over the trainable tensors (their
-``param_names`` are the LoRA adapters or the globbed tensors); ``base_model.json`` holds the
-``causal_lm`` model section (a config with the ``seed`` of its random weights, or a local
-folder's path: weights are never copied). Loading rebuilds the base model from that reference and checks the tensors' names and shapes against the file.
+``posterior.npz`` is the contract's file (docs/design.md, "Contracts") over the trainable
+tensors (their ``param_names`` are the LoRA adapters or the globbed tensors);
+``base_model.json`` holds the ``causal_lm`` model section (a config with the ``seed`` of its
+random weights, or a local folder's path: weights are never copied). Loading rebuilds the
+base model from that reference and checks the tensors' names and shapes against the file.
 
 A run's fit logs ``posterior/posterior.npz`` and ``posterior/base_model.json``, so a
 downloaded ``posterior`` folder is a :func:`load_lm_posterior` source; ``bayesflow.load_posterior``

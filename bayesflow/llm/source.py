@@ -3,7 +3,7 @@ downloaded) or a local folder (``local_files_only``: nothing is fetched).
 
 Attention is always transformers' ``eager`` implementation: it batches over chains under
 ``torch.func.vmap``; the default SDPA path fails there with a batched attention mask
-(its causal-mask shortcut calls ``.all()`` on a tensor; DESIGN.md).
+(its causal-mask shortcut calls ``.all()`` on a tensor; docs/llm.md, the model source).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ pool 4, LSTM 128).
 
 The LSTM is :class:`LSTM`, written from matrix products: ``torch.func.vmap`` over
 ``nn.LSTM`` has no batching rule for ``aten::mkldnn_rnn_layer`` and falls back, with a
-warning, to a loop over the batched parameters (measured on torch 2.13; DESIGN.md), while
+warning, to a loop over the batched parameters (measured on torch 2.13), while
 matrix products vectorise over parameter samples and chains. Outside ``vmap`` (one chain,
 MAP, VI, Laplace, evaluation of one sample at a time) it runs torch's fused kernel instead,
 with the same parameters and the same numbers (tests/models/test_lstm_fused.py).

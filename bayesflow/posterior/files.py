@@ -1,6 +1,6 @@
 """The files a fitted posterior is rebuilt from, and the cell that names it.
 
-``posterior.npz`` (the DESIGN.md contract), the run's resolved spec (``resolved.yaml``,
+``posterior.npz`` (docs/design.md, "Contracts"), the run's resolved spec (``resolved.yaml``,
 logged to the parent run as ``spec/resolved.yaml``) and ``cell.json``: the fit's sweep
 coordinates and the sizes its network needs, so that loading does not read the data.
 """
@@ -38,7 +38,7 @@ CELL_FILE = "cell.json"
 # ``model/artifacts/``.
 MODEL_PATH = "model"
 SIZE_KEYS = ("num_features", "num_classes", "input_dtype")
-# What cell.json records: the sweep coordinates (DESIGN.md, "Contracts") and the sizes.
+# What cell.json records: the sweep coordinates (docs/design.md, "Contracts") and the sizes.
 CELL_KEYS = ("method", "engine", "temperature", "seed", *SIZE_KEYS)
 
 

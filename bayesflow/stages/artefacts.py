@@ -72,7 +72,7 @@ def _json_number(value: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class FitArtefact:
-    """A fitted posterior (``posterior.npz``, see DESIGN.md "Contracts") and how the fit went.
+    """A fitted posterior (``posterior.npz``, see docs/design.md, "Contracts") and how the fit went.
 
     Attributes:
         posterior: the posterior file.

@@ -43,7 +43,7 @@ __all__ = [
     "results_frame",
 ]
 
-# The sweep coordinates every fit run carries as params (DESIGN.md, "Contracts").
+# The sweep coordinates every fit run carries as params (docs/design.md, "Contracts").
 SWEEP_COLUMNS = ("method", "engine", "temperature", "seed")
 
 
