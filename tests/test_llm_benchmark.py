@@ -14,9 +14,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 pytest.importorskip("posteriors")
 
-from benchmarks.llm import case, child
-from benchmarks.llm.table import llm8b_section, llm_section
-from benchmarks.run import main
+from benchmarks.speed.llm import case, child
+from benchmarks.speed.llm.table import llm8b_section, llm_section
+from benchmarks.speed.run import main
 
 
 def positive(value: float) -> bool:

@@ -32,7 +32,7 @@ normal prior, whose gradient it adds in closed form as before.
   batch 0.16 → 0.043, batch 32 0.18 → 0.06; K = 100 full batch 0.67 → 0.36, batch 32
   0.22 → 0.09; K = 10,000 full batch 71 → 61, batch 32 2.0 → 1.5.
 
-Measured with ``python -m benchmarks.run --cases pima`` (one thread, load 1.0-1.2, runs
+Measured with ``python -m benchmarks.speed.run --cases pima`` (one thread, load 1.0-1.2, runs
 without and with this module alternating, two each): 10,000 SGHMC chains at batch 32,
 each chain its own minibatch order, 6.6 → 4.45 ms per step, posteriors stacked time /
 bayesflow's 1.70-1.75× → 2.55-2.57×, bayesflow / hand-written floor 1.05 → 0.70; one

@@ -5,7 +5,7 @@ samplers (:mod:`bayesflow.engines.sgmcmc`), deep ensembles, MAP and MLE, and VI.
 
 - :func:`value_and_grad`: ``torch.autograd.grad`` on detached leaves. It gives the same
   numbers as ``torch.func.grad_and_value`` without the transform's bookkeeping, which
-  dominated a Pima step (measured 4.3 → 1.2 ms, benchmarks/profile.py).
+  dominated a Pima step (measured 4.3 → 1.2 ms, benchmarks/studies/profile.py).
 - :func:`chain_gradient`: ``(params (K, d), batch) -> (∇f (K, d), f (K,))`` for K chains
   stacked in one tensor, each with its own per-datum log posterior
   ``f_k(θ) = mean log p(y|x,θ) + c_k log p(θ)/N`` (c_k its prior weight), for a batch
@@ -17,7 +17,7 @@ samplers (:mod:`bayesflow.engines.sgmcmc`), deep ensembles, MAP and MLE, and VI.
   every chain's gradient: no f_j depends on θ_k for j ≠ k, so
   ``∂(Σ_j f_j)/∂θ_k = ∇f_k(θ_k)``. Measured against the earlier
   ``vmap(grad_and_value(f))`` (shared batch) and vmapped-f sum (own batches), and the
-  hand-written floor of benchmarks/floor.py, Pima, one thread, milliseconds per gradient
+  hand-written floor of benchmarks/speed/floor.py, Pima, one thread, milliseconds per gradient
   in one process (2-core CPU at load 6): K = 1 full batch 1.24 → 0.89 (floor 0.72);
   K = 100 full batch 10.8 → 2.5 (floor 2.1), batch 32 3.5 → 1.3 (floor 1.1);
   K = 10,000 full batch 843 → 234 (floor 270), batch 32 29 → 24 (floor 23).
