@@ -13,7 +13,11 @@ config-built, random weights, 4 windows of 64 tokens scoring the last 16:
   posteriors (goal ≤ 1), each the median of the per-repeat ratios;
 - bayesflow's parallel SGHMC, 10 chains of the last layer: peak memory against one frozen
   model (the process once the model is built) plus 10 × the subset with its momenta
-  (2 float32 vectors of d per chain), the sum printed beside it, and the step time.
+  (2 float32 vectors of d per chain), the sum printed beside it, and the step time;
+- for each subset, in one more fresh process (:mod:`benchmarks.speed.llm.gradient`): the
+  bytes the problem adds to the model against the frozen weights' bytes, and one gradient's
+  milliseconds, bayesflow's chain gradient (one chain, and 10 chains vmapped over the one
+  frozen model) against the plain peft loop's.
 
 ``llm8b`` (``--cases llm8b --device cuda``; refused on a CPU by :mod:`benchmarks.speed.run`):
 Llama 3 8B's shape (hidden 4,096, intermediate 14,336, 32 layers, 32 heads, 8 key-value
@@ -38,6 +42,7 @@ from typing import Any
 
 from benchmarks import ROOT
 from benchmarks.common.timing import Settings, load_average
+from benchmarks.speed.llm.child import SUBSETS
 
 __all__ = ["CHAINS", "run", "run_8b"]
 
@@ -50,14 +55,18 @@ CONTENDERS = ("floor", "bayesflow", "posteriors")
 
 
 def child(contender: str, subset: str, size: str, settings: Settings, chains: int = CHAINS) -> dict[str, Any]:
-    """One contender in a fresh process (:mod:`benchmarks.speed.llm.child`); its JSON."""
+    """One contender in a fresh process (:mod:`benchmarks.speed.llm.child`; ``gradient``:
+    :mod:`benchmarks.speed.llm.gradient`); its JSON."""
     warmup, steps = STEPS.get(settings.mode, STEPS["full"])
-    if contender == "interleaved":
+    if contender in ("interleaved", "gradient"):
         steps = REPEATS.get(settings.mode, REPEATS["full"])
-    command = [
-        sys.executable, "-m", "benchmarks.speed.llm.child", contender, subset, size, settings.device,
-        f"--chains={chains}", f"--warmup={warmup}", f"--steps={steps}", f"--threads={settings.threads}",
-    ]
+    common = [f"--chains={chains}", f"--threads={settings.threads}"]
+    if contender == "gradient":
+        command = [sys.executable, "-m", "benchmarks.speed.llm.gradient", "--json", f"--size={size}",
+                   f"--subsets={subset}", f"--device={settings.device}", f"--repeats={steps}", *common]
+    else:
+        command = [sys.executable, "-m", "benchmarks.speed.llm.child", contender, subset, size,
+                   settings.device, f"--warmup={warmup}", f"--steps={steps}", *common]
     environment = {**os.environ, "OMP_NUM_THREADS": str(settings.threads),
                    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
@@ -100,7 +109,7 @@ def run(settings: Settings) -> dict[str, Any]:
     """Case ``llm``: both subsets, three contenders each, and the 10-chain SGHMC."""
     size = _size(settings)
     rows = []
-    for subset in ("lora", "last_layer"):
+    for subset in SUBSETS:
         load = load_average()
         found = {name: child(name, subset, size, settings) for name in CONTENDERS}
         timed = child("interleaved", subset, size, settings)
@@ -110,7 +119,8 @@ def run(settings: Settings) -> dict[str, Any]:
     load = load_average()
     chains = _chains_row(child("sghmc", "last_layer", size, settings))
     chains["load_average"] = load
-    return {"size": size, "device": settings.device, "rows": rows, "chains": chains}
+    gradient = [{**child("gradient", subset, size, settings), "load_average": load_average()} for subset in SUBSETS]
+    return {"size": size, "device": settings.device, "rows": rows, "chains": chains, "gradient": gradient}
 
 
 def run_8b(settings: Settings) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch.nn import functional
 
-__all__ = ["LLAMA3_8B", "SIZES", "SUBSETS", "build_model", "interleaved", "measure"]
+__all__ = ["LLAMA3_8B", "SIZES", "SUBSETS", "build_model", "interleaved", "measure", "windows_of"]
 
 # Model and batch of each size: hidden width, decoder layers, heads, vocabulary, and the
 # windows (count, tokens each, scored tokens at the end of each).
@@ -48,6 +48,8 @@ SIZES: dict[str, dict[str, int]] = {
     "quick": {"hidden": 256, "layers": 4, "heads": 4, "vocab": 2048, "windows": 4, "length": 64, "scored": 16},
     # 144.8M parameters, as docs/llm.md measured: at least 100M frozen (issue 23).
     "full": {"hidden": 768, "layers": 14, "heads": 4, "vocab": 8192, "windows": 4, "length": 64, "scored": 16},
+    # The gradient table of docs/llm.md (python -m benchmarks.speed.llm.gradient's default).
+    "small": {"hidden": 256, "layers": 8, "heads": 4, "vocab": 256, "windows": 8, "length": 64, "scored": 16},
 }
 # Llama 3 8B's shape (random weights, bfloat16, built on the device): the paper's last
 # layer is 218,112,000 parameters; windows of 300 tokens scoring the last 50, as there.
@@ -182,7 +184,7 @@ def _peak(device: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def _windows(size: dict[str, int], device: str) -> tuple[torch.Tensor, torch.Tensor]:
+def windows_of(size: dict[str, int], device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The token windows and their scored tokens (the same in every contender)."""
     generator = torch.Generator().manual_seed(1)
     windows = torch.randint(0, size["vocab"], (size["windows"], size["length"]), generator=generator)
@@ -197,7 +199,7 @@ def interleaved(subset: str, size: dict[str, int], device: str, repeats: int = 5
     from benchmarks.common.timing import Settings, compare, paired_ratio
 
     model, names = build_model(size, subset, device)
-    batch = _windows(size, device)
+    batch = windows_of(size, device)
     steps = {"floor": _floor(model, names, batch, size["scored"]),
              "bayesflow": _bayesflow(model, names, batch, size["scored"], None),
              "posteriors": _posteriors(model, batch, size["scored"])}
@@ -213,7 +215,7 @@ def measure(contender: str, subset: str, size: dict[str, int], device: str, chai
             warmup: int = 1, steps: int = 3) -> dict[str, Any]:
     """Build, step and measure one contender in this process (see the module docstring)."""
     model, names = build_model(size, subset, device)
-    batch = _windows(size, device)
+    batch = windows_of(size, device)
     values = dict(model.named_parameters())
     trainable = sum(values[name].numel() for name in names)
     frozen = [value for name, value in values.items() if name not in names]

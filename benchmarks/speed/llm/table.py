@@ -6,7 +6,7 @@ from typing import Any
 
 from benchmarks.speed.tables import number, table
 
-__all__ = ["llm8b_section", "llm_section"]
+__all__ = ["gradient_lines", "llm8b_section", "llm_section"]
 
 LABELS = {"lora": "LoRA r 8, α 32, q/k/o of the last layer", "last_layer": "last decoder layer"}
 MEBIBYTE = 2**20
@@ -66,7 +66,38 @@ def llm_section(results: dict[str, Any]) -> list[str]:
          "bayesflow / posteriors", "load"],
         body,
     )
-    return lines + [""] + chains_lines(results["chains"], results["device"])
+    lines += [""] + chains_lines(results["chains"], results["device"])
+    if results.get("gradient"):  # results files before the gradient part have none
+        lines += [""] + gradient_lines(results["gradient"])
+    return lines
+
+
+def gradient_lines(found: list[dict[str, Any]]) -> list[str]:
+    """The bytes each subset's problem adds and one gradient's milliseconds."""
+    chains = found[0]["chains"]
+    lines = [
+        ("One gradient (median ms), in a fresh process per subset: the plain peft loop (the "
+         "model's own tensors, every position's logits, `torch.autograd.grad`) against "
+         f"bayesflow's chain gradient for one chain and for {chains} chains vmapped over the one "
+         "frozen model (its ratio is to "
+         f"{chains} plain gradients); the bytes of tensors the problem adds to the model "
+         "(the start and what the prior binds) against the frozen weights' bytes."),
+        "",
+    ]
+    body = [[
+        LABELS.get(row["subset"], row["subset"]), f"{row['d']:,}",
+        (f"{row['added_bytes'] / 2**10:,.0f} KiB "
+         f"({row['added_bytes'] / max(row['frozen_bytes'], 1):.1%} of {_mib(row['frozen_bytes'])} MiB)"),
+        f"{row['floor_ms']:,.1f}",
+        f"{row['one_chain_ms']:,.1f} ({row['one_chain_ms'] / row['floor_ms']:.2f}×)",
+        f"{row['chains_ms']:,.1f} ({row['chains_ms'] / (row['chains'] * row['floor_ms']):.2f}×)",
+        number(row["load_average"][0], "{:.1f}"),
+    ] for row in found]
+    return lines + table(
+        ["subset", "d", "bytes the problem adds", "plain peft ms", "bayesflow, 1 chain",
+         f"{chains} chains vmapped", "load"],
+        body,
+    )
 
 
 def chains_lines(chains: dict[str, Any], device: str) -> list[str]:
