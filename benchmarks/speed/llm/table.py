@@ -87,7 +87,7 @@ def gradient_lines(found: list[dict[str, Any]]) -> list[str]:
     body = [[
         LABELS.get(row["subset"], row["subset"]), f"{row['d']:,}",
         (f"{row['added_bytes'] / 2**10:,.0f} KiB "
-         f"({row['added_bytes'] / max(row['frozen_bytes'], 1):.1%} of {_mib(row['frozen_bytes'])} MiB)"),
+         f"({row['added_bytes'] / max(row['frozen_bytes'], 1):.1%} of {row['frozen_bytes'] / MEBIBYTE:,.1f} MiB)"),
         f"{row['floor_ms']:,.1f}",
         f"{row['one_chain_ms']:,.1f} ({row['one_chain_ms'] / row['floor_ms']:.2f}×)",
         f"{row['chains_ms']:,.1f} ({row['chains_ms'] / (row['chains'] * row['floor_ms']):.2f}×)",
