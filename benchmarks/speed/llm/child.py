@@ -32,12 +32,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.nn import functional
+
+from benchmarks.common.timing import time_once
 
 __all__ = ["LLAMA3_8B", "SIZES", "SUBSETS", "build_model", "interleaved", "measure", "windows_of"]
 
@@ -226,16 +227,9 @@ def measure(contender: str, subset: str, size: dict[str, int], device: str, chai
         step = _posteriors(model, batch, size["scored"])
     else:
         step = _bayesflow(model, names, batch, size["scored"], chains if contender == "sghmc" else None)
-    synchronise = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(warmup):
         step()
-    seconds = []
-    for _ in range(steps):
-        synchronise()
-        began = time.perf_counter()
-        step()
-        synchronise()
-        seconds.append(time.perf_counter() - began)
+    seconds = [time_once(step, device) for _ in range(steps)]
     return {
         "contender": contender, "subset": subset, "device": device, "chains": chains,
         "parameters": sum(value.numel() for value in values.values()),

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import torch
 from torch.nn import functional
 
+from benchmarks.common.timing import time_once
 from benchmarks.speed.llm.child import SIZES, SUBSETS, build_model, windows_of
 
 __all__ = ["describe", "measure"]
@@ -53,16 +53,9 @@ def _live_bytes(device: str) -> dict[int, int]:
 
 def _milliseconds(step: Callable[[], object], repeats: int, device: str) -> float:
     """Median wall time of ``step`` in ms, after one warm-up call."""
-    synchronise = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     step()
-    times = []
-    for _ in range(repeats):
-        synchronise()
-        start = time.perf_counter()
-        step()
-        synchronise()
-        times.append(time.perf_counter() - start)
-    return 1e3 * sorted(times)[len(times) // 2]
+    times = sorted(time_once(step, device) for _ in range(repeats))
+    return 1e3 * times[len(times) // 2]
 
 
 def measure(subset: str, size: dict[str, int], device: str, chains: int = 10,
