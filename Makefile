@@ -80,7 +80,7 @@ test-kernels: setup-dev
 	if [ -n "$$failed" ]; then echo "failed under:$$failed"; exit 1; fi; echo "passed under every combination"
 
 bench: setup-dev
-	$(BIN)/python -m benchmarks.run $(ARGS)
+	$(BIN)/python -m benchmarks.speed.run $(ARGS)
 
 clean:
 	rm -rf $(VENV) .bayesflow reports mlruns mlartifacts mlflow.db

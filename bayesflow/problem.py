@@ -66,7 +66,7 @@ def build_problem(
 
     # Initialisation runs on a CPU copy under the CPU generator only: the same seed gives
     # the same start on every device, and no CUDA seeding is queued per chain (measured:
-    # torch.manual_seed cost 0.49 ms per chain against 0.04 ms, benchmarks/profile.py).
+    # torch.manual_seed cost 0.49 ms per chain against 0.04 ms, benchmarks/studies/profile.py).
     template = copy.deepcopy(module).cpu()
 
     def init_params(generator: torch.Generator) -> Tensor:

@@ -1,26 +1,25 @@
-"""Benchmarks of bayesflow against the posteriors library, run side by side in one process.
+"""bayesflow's benchmarks, grouped by what they answer.
 
-Issues 7 and 16: each case runs the same model, data, hyper-parameters and step counts through a
-bayesflow engine and through its posteriors 0.1.x equivalent, and reports the ratio of
-times. ``python -m benchmarks.run`` runs every case and writes
-``benchmarks/results/<date>-<device>.json`` and ``docs/benchmarks.md``.
+docs/benchmarks.md opens with the index: for each benchmark the question it answers, the
+command that runs it, the doc that reports it and its results file. The folders:
 
-Modules, one per case:
-
-- :mod:`benchmarks.timing`: the clock (``perf_counter``, warm-up, repeats, median).
-- :mod:`benchmarks.problems`: the Pima and digits problems, seen by both libraries.
-- :mod:`benchmarks.peers`: the posteriors transforms matching each bayesflow engine,
-  looped over chains and stacked in one (K, d) state.
-- :mod:`benchmarks.floor`: the hand-written flat-tensor SGHMC loop, the floor.
-- :mod:`benchmarks.pima`: logistic regression on Pima, per step of one chain.
-- :mod:`benchmarks.chains`: K chains on Pima against posteriors stacked and looped and the floor.
-- :mod:`benchmarks.digits`: the digits MLP, per epoch of each engine.
-- :mod:`benchmarks.grids`: temperature grids and the paper's parallel SGHMC.
-- :mod:`benchmarks.workflow`: the default workflow end to end, tracking and report shares.
-- :mod:`benchmarks.report`: the targets and the doc; :mod:`benchmarks.tables`: its tables.
-- :mod:`benchmarks.provenance`: commit, machine, device and library versions of a run.
+- :mod:`benchmarks.common`: the helpers every group uses (the clock, the problems both
+  libraries see, the posteriors side of a comparison, a run's provenance);
+- :mod:`benchmarks.speed`: the speed suite ``make bench`` runs
+  (``python -m benchmarks.speed.run``), one case per question;
+- :mod:`benchmarks.parity`: the peer-parity study (``python -m benchmarks.parity.run``) and
+  its noise diagnostic;
+- :mod:`benchmarks.studies`: one-off studies, each one entry point;
+- ``benchmarks/results/<benchmark>/``: the results files, one folder per benchmark.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from pathlib import Path
+
+__all__ = ["RESULTS", "ROOT"]
+
+# The repository's root (the working folder of the subprocesses a benchmark starts), and
+# the folder of every benchmark's results files.
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"

@@ -19,7 +19,7 @@
 #   wf              the default workflow (cold_posterior) on the device, in a scratch
 #                   folder with its own MLflow store and stage cache, /usr/bin/time -v
 #   wf_cpu          the same workflow on the CPU, for the device/CPU ratio
-#   bench:<case>    python -m benchmarks.run --device <dev> --quick --cases <case>, one
+#   bench:<case>    python -m benchmarks.speed.run --device <dev> --quick --cases <case>, one
 #                   process per case so a timeout loses only that case (grids first:
 #                   its 10,000-chain Pima SGHMC is the case a GPU is for)
 # Results in $OUT (7 files, at most 2 folders deep):
@@ -133,7 +133,7 @@ for m in ["torchopt", "posteriors", "tensordict", "optree", "pydantic", "omegaco
           "papermill", "nbconvert", "nbformat", "nbclient", "ipykernel", "jupyter_client",
           "jupytext", "latex2mathml", "seaborn", "matplotlib", "pandas", "numpy", "sklearn",
           "typer", "rich", "sqlalchemy", "alembic", "typing_extensions", "bayesflow",
-          "bayesflow.cli", "bayesflow.report.render", "benchmarks.run"]:
+          "bayesflow.cli", "bayesflow.report.render", "benchmarks.speed.run"]:
     try:
         mod = importlib.import_module(m)
         print(f"  {m:24s} {getattr(mod, '__version__', '')}  {getattr(mod, '__file__', '')}")
@@ -214,7 +214,7 @@ for step in $STEPS; do
         bench:*)
             case=${step#bench:}
             # shellcheck disable=SC2086  # BENCH_MODE is one flag or none
-            run_step "bench_$case" bench.log "$T_BENCH" "$PYTHON" -m benchmarks.run \
+            run_step "bench_$case" bench.log "$T_BENCH" "$PYTHON" -m benchmarks.speed.run \
                 --device "$DEVICE" $BENCH_MODE --out "$SCRATCH/bench_$case" \
                 --doc "$SCRATCH/bench_$case.md" --cases "$case"
             merge_bench "$case"

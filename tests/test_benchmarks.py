@@ -12,8 +12,8 @@ import torch
 
 pytest.importorskip("posteriors")
 
-from benchmarks.report import END, START
-from benchmarks.run import CASES, main
+from benchmarks.speed.report import END, START
+from benchmarks.speed.run import CASES, main
 
 # Real workflow runs (MLflow, the report kernel): left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -103,10 +103,10 @@ def test_smoke_doc_has_the_tables_between_markers(smoke: tuple[dict[str, Any], P
 
 def test_floor_steps_like_bayesflow() -> None:
     """At T = 0 (no noise) the hand-written floor's steps equal bayesflow's engine's."""
-    from benchmarks.chains import chain_batches
-    from benchmarks.floor import FloorSGHMC
-    from benchmarks.peers import HYPER, Stepper, bayesflow_engine, bayesflow_state
-    from benchmarks.problems import pima
+    from benchmarks.common.peers import HYPER, Stepper, bayesflow_engine, bayesflow_state
+    from benchmarks.common.problems import pima
+    from benchmarks.speed.chains import chain_batches
+    from benchmarks.speed.floor import FloorSGHMC
 
     setup = pima()
     for batch_size in (None, 32):
@@ -131,7 +131,7 @@ def test_floor_steps_like_bayesflow() -> None:
 
 def test_timing_paired_ratio_and_spread() -> None:
     """A paired ratio divides repeat by repeat; the spread is half the IQR over the median."""
-    from benchmarks.timing import Timing, paired_ratio
+    from benchmarks.common.timing import Timing, paired_ratio
 
     ratio = paired_ratio(Timing([2.0, 4.0, 6.0]), Timing([1.0, 2.0, 2.0]))
     assert ratio["median"] == 2.0 and ratio["min"] == 2.0 and ratio["max"] == 3.0
@@ -140,7 +140,7 @@ def test_timing_paired_ratio_and_spread() -> None:
 
 def test_fresh_state_owns_its_defaults() -> None:
     """posteriors' shared class-default `step` does not leak through an in-place update."""
-    from benchmarks.peers import fresh, import_posteriors
+    from benchmarks.common.peers import fresh, import_posteriors
 
     sghmc = import_posteriors().sgmcmc.sghmc
     transform = sghmc.build(lambda p, b: ((p * b).sum(), torch.tensor([])), lr=0.1, temperature=0.0)
@@ -153,7 +153,7 @@ def test_fresh_state_owns_its_defaults() -> None:
 def test_timing_tracker_delegates_and_counts() -> None:
     """The timing wrapper returns the wrapped tracker's answers and counts each call."""
     from bayesflow.tracking import InMemoryTracker
-    from benchmarks.workflow import TimingTracker
+    from benchmarks.speed.workflow import TimingTracker
 
     tracker = TimingTracker(InMemoryTracker())
     run_id = tracker.start_run("experiment", "run")

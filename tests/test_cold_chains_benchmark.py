@@ -1,4 +1,4 @@
-"""The cold-chains benchmark (benchmarks/cold_chains.py) on a few epochs: every field the
+"""The cold-chains benchmark (benchmarks/studies/cold_chains.py) on a few epochs: every field the
 doc's table reads is there and sane, and the table lands between the page's markers."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cold_chains
+from benchmarks.studies import cold_chains
 
 pytestmark = pytest.mark.slow
 

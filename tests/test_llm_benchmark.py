@@ -14,9 +14,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 pytest.importorskip("posteriors")
 
-from benchmarks.llm import case, child
-from benchmarks.llm.table import llm8b_section, llm_section
-from benchmarks.run import main
+from benchmarks.speed.llm import case, child, gradient
+from benchmarks.speed.llm.table import gradient_lines, llm8b_section, llm_section
+from benchmarks.speed.run import main
 
 
 def positive(value: float) -> bool:
@@ -66,6 +66,19 @@ def test_the_section_renders_the_ratios(measured: dict[str, dict[str, dict]]) ->
     text = "\n".join(llm_section({"size": "smoke", "device": "cpu", "rows": rows, "chains": row}))
     assert "LoRA r 8" in text and "last decoder layer" in text and "bayesflow / posteriors" in text
     assert "Parallel SGHMC, 3 chains" in text
+
+
+def test_the_gradient_part_measures_and_renders() -> None:
+    """Both subsets: the bytes the problem adds and one gradient's times of the floor, one
+    chain and K chains; the table renders them, and the command prints them."""
+    found = [{**gradient.measure(subset, child.SIZES["smoke"], "cpu", chains=2, repeats=1),
+              "load_average": [1.0, 1.0, 1.0]} for subset in child.SUBSETS]
+    for row in found:
+        assert row["added_bytes"] > 0 and row["frozen_bytes"] > 0 and 0 < row["d"] < row["parameters"]
+        assert all(positive(row[key]) for key in ("floor_ms", "one_chain_ms", "chains_ms"))
+    text = "\n".join(gradient_lines(found))
+    assert "2 chains vmapped" in text and "LoRA r 8" in text and "last decoder layer" in text
+    assert "step ms: plain peft/torch" in gradient.describe(found[0])
 
 
 def test_the_8b_path_runs_at_a_scaled_shape() -> None:

@@ -1,4 +1,4 @@
-"""The peer-parity benchmark (benchmarks/parity.py) runs at a tiny size and records everything."""
+"""The peer-parity benchmark (benchmarks/parity/run.py) runs at a tiny size and records everything."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import torch
 
 pytest.importorskip("posteriors")
 
-from benchmarks.parity import END, START, main
-from benchmarks.parity_fits import Settings
-from benchmarks.parity_noise import parameters, shared_noise
-from benchmarks.parity_peer import fit_posteriors
-from benchmarks.parity_setup import draw, load
-from benchmarks.parity_stats import paired_gap
+from benchmarks.parity.fits import Settings
+from benchmarks.parity.noise import parameters, shared_noise
+from benchmarks.parity.peer import fit_posteriors
+from benchmarks.parity.problem import draw, load
+from benchmarks.parity.run import END, START, main
+from benchmarks.parity.stats import paired_gap
 
 TINY = ["--quick", "--seeds", "1", "--epochs", "2", "--methods", "map", "--temperatures", "1"]
 
@@ -25,7 +25,7 @@ TINY = ["--quick", "--seeds", "1", "--epochs", "2", "--methods", "map", "--tempe
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     folder = tmp_path_factory.mktemp("parity")
     main([*TINY, "--out", str(folder), "--doc", str(folder / "parity.md")])
-    (written,) = folder.glob("parity-*-quick.json")
+    (written,) = folder.glob("*-quick.json")
     return json.loads(written.read_text()), folder
 
 

@@ -9,35 +9,21 @@ every chain's mean log likelihood over its batch needs no reverse pass::
 
 The values are the likelihood's own, and ``g`` is computed by the kernels the reverse
 pass runs (``(σ(z) − y)·(−1/B)``; ``((y − z)/s · 1/B)/s``), so values and gradients equal
-the reverse pass's to float rounding, and on a shared batch, whose products are the
-reverse pass's too, to the bit on the machines measured (an AVX-512 Xeon and an AMD EPYC,
-every torch kernel level and 1 or 2 threads): a seed gave the same chains as before. The
-test (tests/engines/test_glm_gradient.py) allows a reordered sum's rounding, since the
-two paths are other kernels and another machine may sum them in another order. :func:`bayesflow.engines.gradient.chain_gradient` uses it under a
-normal prior, whose gradient it adds in closed form as before.
+the reverse pass's to float rounding (on a shared batch, to the bit where measured).
+:func:`bayesflow.engines.gradient.chain_gradient` uses it under a normal prior, whose
+gradient it adds in closed form.
 
 - One batch per chain (a :class:`~bayesflow.engines.base.ChainBatch`, inputs (K, B, I)):
-  the two products over the inputs are written for the way torch runs K small matrix
-  products on a CPU (a plain loop for products under 400 multiply-adds, a batched GEMM
-  above): the forward as ``w_kᵀ (1, I) @ x_kᵀ (I, B)`` plus the bias (1.16 ms against
-  1.42 ms for ``baddbmm`` and 1.5 ms for ``x_k @ w_k``), the reduction ``g_kᵀ x_k`` with
-  ``g`` written into row 0 of a (K, 2, B) buffer whose row 1 stays zero, which takes the
-  batched GEMM (1.05 ms against 2.5 ms for the (K, 1, B) product and 1.6 ms for
-  ``(x · g).sum(1)``). Measured at K = 10,000, B = 32, I = 8 (Pima), float32, one
-  thread, 2-core AMD EPYC at load 2-4, medians of 7 blocks of 20 calls. The whole
-  gradient (normal prior included): 7.2 → 4.4-4.9 ms in the same process.
-- A batch every chain shares (inputs (n, I)): the reverse pass's ``[w, b] @ [x, 1]ᵀ``
-  on the cached ``[x, 1]ᵀ`` (``w @ xᵀ`` without a bias) and ``g @ [x, 1]``, with no
-  autograd graph: Pima, one thread, same process, load 2, ms per gradient: K = 1 full
-  batch 0.16 → 0.043, batch 32 0.18 → 0.06; K = 100 full batch 0.67 → 0.36, batch 32
-  0.22 → 0.09; K = 10,000 full batch 71 → 61, batch 32 2.0 → 1.5.
+  the forward is ``w_kᵀ (1, I) @ x_kᵀ (I, B)`` plus the bias, and the reduction ``g_kᵀ x_k``
+  reads ``g`` from row 0 of a (K, 2, B) buffer whose row 1 stays zero, so that torch's CPU
+  runs it as a batched GEMM rather than its loop over tiny products: of the forms timed,
+  the fastest.
+- A batch every chain shares (inputs (n, I)): the reverse pass's ``[w, b] @ [x, 1]ᵀ`` on
+  the cached ``[x, 1]ᵀ`` (``w @ xᵀ`` without a bias) and ``g @ [x, 1]``, with no autograd
+  graph.
 
-Measured with ``python -m benchmarks.run --cases pima`` (one thread, load 1.0-1.2, runs
-without and with this module alternating, two each): 10,000 SGHMC chains at batch 32,
-each chain its own minibatch order, 6.6 → 4.45 ms per step, posteriors stacked time /
-bayesflow's 1.70-1.75× → 2.55-2.57×, bayesflow / hand-written floor 1.05 → 0.70; one
-chain, ms per step: SGHMC full batch 0.20 → 0.08, batch 32 0.22 → 0.11; diagonal VI
-0.29 → 0.16 and 0.30 → 0.18. The same seed gave the same Pima chains to the bit.
+Measured (each form against the others, the gradient and the SGHMC step with and without
+this module): docs/benchmarks.md#the-closed-form-glm-gradient.
 """
 
 from __future__ import annotations

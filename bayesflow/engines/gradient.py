@@ -5,7 +5,7 @@ samplers (:mod:`bayesflow.engines.sgmcmc`), deep ensembles, MAP and MLE, and VI.
 
 - :func:`value_and_grad`: ``torch.autograd.grad`` on detached leaves. It gives the same
   numbers as ``torch.func.grad_and_value`` without the transform's bookkeeping, which
-  dominated a Pima step (measured 4.3 → 1.2 ms, benchmarks/profile.py).
+  dominated a Pima step (measured: docs/benchmarks.md#chain-gradients).
 - :func:`chain_gradient`: ``(params (K, d), batch) -> (∇f (K, d), f (K,))`` for K chains
   stacked in one tensor, each with its own per-datum log posterior
   ``f_k(θ) = mean log p(y|x,θ) + c_k log p(θ)/N`` (c_k its prior weight), for a batch
@@ -15,35 +15,24 @@ samplers (:mod:`bayesflow.engines.sgmcmc`), deep ensembles, MAP and MLE, and VI.
   likelihood and prior applied once to the stacked outputs and parameters, outside
   ``vmap``: :mod:`bayesflow.engines.flat`), and ONE reverse pass over ``Σ_k f_k`` gives
   every chain's gradient: no f_j depends on θ_k for j ≠ k, so
-  ``∂(Σ_j f_j)/∂θ_k = ∇f_k(θ_k)``. Measured against the earlier
-  ``vmap(grad_and_value(f))`` (shared batch) and vmapped-f sum (own batches), and the
-  hand-written floor of benchmarks/floor.py, Pima, one thread, milliseconds per gradient
-  in one process (2-core CPU at load 6): K = 1 full batch 1.24 → 0.89 (floor 0.72);
-  K = 100 full batch 10.8 → 2.5 (floor 2.1), batch 32 3.5 → 1.3 (floor 1.1);
-  K = 10,000 full batch 843 → 234 (floor 270), batch 32 29 → 24 (floor 23).
+  ``∂(Σ_j f_j)/∂θ_k = ∇f_k(θ_k)``. It is faster than ``vmap(grad_and_value(f))`` and
+  near the hand-written floor (measured: docs/benchmarks.md#chain-gradients).
 
 Under a bound normal prior (:func:`normal_prior_chain_gradient`) the reverse pass covers
 the log likelihood alone and the prior's gradient ``−c·precision·θ/N`` is added in closed
 form, and a first layer of one output reads ``[w, b]`` against cached ``[x, 1]``
-(:mod:`bayesflow.engines.flat`): one-chain Pima full batch, one thread, load 2-3,
-0.28 → 0.16-0.20 ms per gradient, against the floor's 0.20-0.23 ms. For a one-output
-linear model (logistic and linear regression) under a bernoulli or gaussian likelihood
-there is no reverse pass at all: :mod:`bayesflow.engines.glm` gives the likelihood's
-gradient in closed form, on the reverse pass's numbers (Pima, one thread: K = 10,000
-chains of their own batches of 32, 7.2 → 4.4-4.9 ms per gradient and 6.6 → 4.45 ms per
-SGHMC step; K = 1 full batch 0.16 → 0.043 ms per gradient).
+(:mod:`bayesflow.engines.flat`). For a one-output linear model (logistic and linear
+regression) under a bernoulli or gaussian likelihood there is no reverse pass at all:
+:mod:`bayesflow.engines.glm` gives the likelihood's gradient in closed form, on the
+reverse pass's numbers. Measured: docs/benchmarks.md#chain-gradients and
+#the-closed-form-glm-gradient.
 
 ``compile=True`` (the samplers' and ensembles' ``compile: true``) runs every path as
 ``torch.compile(vmap(grad_and_value(f)))`` instead, which fuses the elementwise work of
-the likelihood and the prior. Measured on a 2-core CPU, one thread, thread time per
-gradient (the machine at load 5-11): Pima full batch K = 1 1.0 → 0.06 ms, K = 100 2.6 →
-0.30 ms, K = 10,000 197 → 28 ms; batch 32 with own batches K = 100 1.5 → 0.10 ms,
-K = 10,000 12.7 → 2.6 ms; digits' MLP, batch 32, K = 10 1.9 → 0.29 ms, K = 100 7.8 →
-2.3 ms. (Compiling the forward alone and summing, as above, gave 0.46 and 6.3 ms there:
-slower than the compiled vmap(grad).) The price is the compilation, 4-45 s per fit on the
-same machine (the first in a process the longest), and it needs a C++ compiler on a CPU:
-it pays for long runs with many chains (Table 3's 10,000 chains × 2,000 steps), not for a
-short fit (a default digits fit of ~3,000 steps at ~2 ms saves less than it compiles).
+the likelihood and the prior: several times faster per gradient, at the price of a
+compilation of seconds to tens of seconds per fit and a C++ compiler on a CPU, so it pays
+for long runs with many chains (Table 3's 10,000 chains × 2,000 steps), not for a short
+fit (measured: docs/benchmarks.md#compiled-gradients).
 """
 
 from __future__ import annotations

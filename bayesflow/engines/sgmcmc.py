@@ -17,7 +17,7 @@ their update rule. :func:`build_chains` binds the rest once, from the method's s
   https://arxiv.org/abs/2406.00104). ``minibatches: shared`` feeds every chain the one
   order a single chain would see (``streams`` = 1); full batch draws no order at all.
 - **compile** (``compile: true``): the gradient runs through ``torch.compile``; where it
-  pays and where it does not is measured in :mod:`bayesflow.engines.gradient`.
+  pays and where it does not: docs/benchmarks.md#compiled-gradients.
 - **temperature**: every sampler targets ``exp(f/𝒯)`` with 𝒯 = T / N
   (:mod:`bayesflow.temperature`); momenta start from N(0, 𝒯 I) and the injected noise
   variance is proportional to 𝒯. At T = 0 there is no noise, momenta start at 0, and each
