@@ -25,7 +25,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CONVENTIONS", "ChainTempering", "Convention", "Tempering"]
+__all__ = ["CONVENTIONS", "TEMPERATURE_FREE", "ChainTempering", "Convention", "Tempering", "temperature_text"]
+
+TEMPERATURE_FREE = "T → 0"
+"""The one name of a fit that does not depend on the temperature (MAP, maximum likelihood, a
+deep ensemble: optimisation, the T → 0 limit), fitted once and shared by every temperature;
+MLflow logs it at ``temperature`` 0 with ``temperature_shared`` true. A method fitted per
+temperature at T = 0 in the grid (VI, Laplace) is its own fit at that limit, a point mass
+at its mode, and reads ``0``; a sampler needs T > 0."""
+
+
+def temperature_text(temperature: float, shared: bool) -> str:
+    """How a fit's temperature is written: :data:`TEMPERATURE_FREE` for a temperature-free
+    fit (``shared``), else the number (``0.1``; ``0`` for a per-temperature fit at T = 0)."""
+    return TEMPERATURE_FREE if shared else f"{temperature:g}"
 
 Convention = Literal["posterior", "likelihood"]
 CONVENTIONS: tuple[str, ...] = ("posterior", "likelihood")

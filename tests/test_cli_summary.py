@@ -47,3 +47,17 @@ def test_regression_runs_show_rmse_and_no_flag_column_without_flags(
     printed = capsys.readouterr().out
     assert "test_rmse" in printed and "0.7000" in printed and "test_coverage_90" in printed
     assert "flagged" not in printed and "test_accuracy" not in printed
+
+
+def test_a_fit_at_t_0_is_not_written_as_the_temperature_free_map(capsys: pytest.CaptureFixture[str]) -> None:
+    """VI at T = 0 is its own fit and reads 0; MAP, fitted once for every temperature and
+    logged at 0, reads T → 0, the one name the report uses too."""
+    frame = pd.DataFrame({
+        "method": ["map", "vi", "vi"], "temperature": [0.0, 0.0, 1.0],
+        "temperature_shared": [True, False, False], "seed": [0, 0, 0], "test_nll": [0.5, 0.4, 0.3],
+    })
+    cli_run._summary(result_of(frame))
+    rows = {line.split("│")[1].strip() + "@" + line.split("│")[2].strip()
+            for line in capsys.readouterr().out.splitlines() if line.count("│") > 3}
+    assert {"map@T → 0", "vi@0", "vi@1"} <= rows, rows
+    assert not any("shared" in row for row in rows)

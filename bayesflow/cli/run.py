@@ -26,6 +26,7 @@ from bayesflow.cli.app import (
     print_table,
 )
 from bayesflow.errors import BayesflowError
+from bayesflow.temperature import temperature_text
 
 __all__ = ["ProgressHook", "run"]
 
@@ -119,13 +120,15 @@ def _summary(result: Any) -> None:
 
         flags = flag_columns(frame)  # {metric: its flag column}
         frame = frame.assign(flagged=frame[list(flags.values())].fillna("").ne("").any(axis=1) if flags else False)
-        grouped = frame.groupby([*by, "method", "temperature"], sort=True)
+        if "temperature_shared" not in frame:  # results logged before the column: T = 0 was MAP's
+            frame = frame.assign(temperature_shared=frame["temperature"] <= 0)
+        grouped = frame.groupby([*by, "method", "temperature", "temperature_shared"], sort=True)
         summary = grouped[metrics].mean().join(grouped["flagged"].sum()).reset_index()
         table = Table(title="results (mean over seeds)")
         for column in [*by, "method", "T", *metrics, *(["flagged"] if flags else [])]:
             table.add_column(column, justify="right" if column not in ("method", "variant") else "left")
         for _, row in summary.iterrows():
-            temperature = "shared" if row["temperature"] == 0 else f"{row['temperature']:g}"
+            temperature = temperature_text(row["temperature"], bool(row["temperature_shared"]))
             values = ["—" if math.isnan(row[m]) else f"{row[m]:.4f}" for m in metrics]
             flagged = [f"⚠ {int(row['flagged'])}" if row["flagged"] else ""] if flags else []
             table.add_row(*[str(row[c]) for c in by], str(row["method"]), temperature, *values, *flagged)

@@ -182,15 +182,13 @@ def _ragged(file: Path) -> str | None:
     return None
 
 
-def _target_values(frame: Any, target: str, file: Path) -> np.ndarray:
-    """The target column, checked to be finite numbers (a spec's validation reads it too)."""
+def _target_values(frame: Any, target: str, file: Path, task: str | None = None) -> np.ndarray:
+    """The target column, checked to be finite numbers (a spec's validation reads it too);
+    ``task`` (the likelihood's: ``classification`` or ``regression``) chooses the fix a
+    message about text in it suggests."""
     values = frame[target].to_numpy()
     if not np.issubdtype(values.dtype, np.number):
-        examples = ", ".join(excerpt(str(value)) for value in frame[target].dropna().unique()[:3])
-        raise DataError(
-            f"data.target: column {target!r} of {file.name} is not numeric (it holds {examples}); "
-            "encode the classes as 0, 1, ..., or give a numeric target", str(file),
-        )
+        raise DataError(_text_target(frame[target], target, file, task), str(file))
     problems = column_problems(frame[[target]], file.name, key="data.target")
     if problems:
         raise DataError(problems, str(file))
@@ -202,15 +200,49 @@ def _target_values(frame: Any, target: str, file: Path) -> np.ndarray:
     return values
 
 
-def csv_target_task(path: str, target: str, base_dir: Path | None = None) -> tuple[str, int | None]:
-    """The task a CSV file's target column implies (see :func:`target_task`).
+def _text_target(column: Any, target: str, file: Path, task: str | None) -> str:
+    """What is wrong with a target column that holds text, and the fix that fits the task:
+    the rows that are not numbers (not the good ones), or, when every row is text, its
+    labels and how to encode them (a classification) or that a regression needs numbers."""
+    import pandas as pd
+
+    numbers = pd.to_numeric(column, errors="coerce")
+    text = column[numbers.isna() & column.notna()]
+    where = f"data.target: column {target!r} of {file.name}"
+    if len(text) < column.notna().sum():  # some numbers, some text: the text is the mistake
+        rows = ", ".join(f"{excerpt(str(value))} (data row {index + 1})"
+                         for index, value in text.iloc[:3].items())
+        count = f"{len(text)} of {len(column)} rows hold" if len(text) > 1 else "1 row holds"
+        return (f"{where} is not numeric: {count} text where a number is expected: {rows}; "
+                f"give a number in each of those rows, or remove them")
+    labels = sorted(_distinct(text))
+    shown = ", ".join(labels[:5]) + (", ..." if len(labels) > 5 else "")
+    found = f"{where} holds text labels in every row ({len(labels)} distinct: {shown})"
+    encoding = ", ".join(f"{label} → {code}" for code, label in enumerate(labels[:3]))
+    if task == "regression":
+        return (f"{found}, but the likelihood is a regression's, which needs a real number in "
+                "every row; name a numeric column as data.target, or for class labels use the "
+                f"categorical or bernoulli likelihood with the classes encoded as 0, 1, ... "
+                f"({encoding}, ...)")
+    fix = f"encode the classes as 0, 1, ..., K-1 ({encoding}{', ...' if len(labels) > 3 else ''})"
+    if task == "classification":
+        return f"{found}; a classification needs class numbers: {fix}"
+    return f"{found}; for a classification {fix}, for a regression name a numeric column"
+
+
+def csv_target_task(
+    path: str, target: str, base_dir: Path | None = None, likelihood_task: str | None = None,
+) -> tuple[str, int | None]:
+    """The task a CSV file's target column implies (see :func:`target_task`);
+    ``likelihood_task``, the spec's likelihood's, fits a message about text in it.
 
     Raises:
         SpecError: the file or column is missing, or the column is empty, not numeric or
             holds missing values (a :class:`~bayesflow.errors.DataError`).
     """
     file = resolve_path(path, base_dir)
-    return target_task(_target_values(_read_csv(path, target, base_dir), target, file))
+    frame = _read_csv(path, target, base_dir)
+    return target_task(_target_values(frame, target, file, likelihood_task))
 
 
 @DATASETS.register("csv")

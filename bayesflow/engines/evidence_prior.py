@@ -36,6 +36,7 @@ from bayesflow.engines.evidence import (
     noise_exponent,
     normal_log_prior,
     scale_curvature,
+    semidefinite_eigenvalues,
 )
 from bayesflow.errors import StageError
 
@@ -116,10 +117,9 @@ def maximise_evidence(
     if bool(torch.isnan(log_det(theta.new_zeros(())))):
         # −½ log det(C + α) → +∞ as α falls to −λ_min(C) > 0: no maximum to find.
         raise StageError(
-            "the curvature has a negative eigenvalue (an exact Hessian is indefinite even at "
-            "a mode of the posterior when the likelihood alone is not convex there), so the "
-            "Laplace evidence grows without bound as the prior precision falls to it; choose "
-            "the prior with a GGN or Fisher curvature, which is positive semi-definite"
+            "the curvature has a negative eigenvalue beyond its rounding, so the Laplace "
+            "evidence grows without bound as the prior precision falls to it and has no "
+            "maximum; give prior_variance a number instead of auto"
         )
     if not bool(torch.isfinite(evidence(variables)[0])):
         raise StageError(
@@ -201,6 +201,9 @@ def choose_prior(
 
     params = state.params.detach().to(torch.float64)
     log_det = log_det_of(state)
+    dense = None if callable(getattr(state, "log_det", None)) else state.curvature
+    if prior_auto and dense is not None and dense.ndim == 2 and bool(torch.isnan(log_det(params.new_zeros(())))):
+        raise StageError(_indefinite(dense, curvature_name))
     spec_precision = problem.prior_precision.detach().to(params)
     at_spec = log_evidence(mode.log_likelihood, normal_log_prior(params, spec_precision),
                            problem.dimension, log_det(spec_precision))
@@ -233,3 +236,25 @@ def choose_prior(
         state = scale_curvature(state, choice.curvature_scale)
         metrics["noise_sd_chosen"] = choice.noise_sd
     return chosen, state, metrics
+
+
+def _indefinite(curvature: Tensor, curvature_name: str) -> str:
+    """Why a curvature with an eigenvalue below −rounding has no evidence maximum, and
+    what to do: the cause differs between an exact Hessian and a GGN or Fisher."""
+    eigenvalues, _, rounding = semidefinite_eigenvalues(curvature)
+    found = (
+        f"the {curvature_name or 'dense'} curvature ({curvature.shape[0]} parameters, computed in "
+        f"{str(curvature.dtype).removeprefix('torch.')}) has the eigenvalue {float(eigenvalues[0]):.3g}, "
+        f"below −{rounding:.3g}, its rounding (d · eps · max|λ|), so the Laplace evidence grows "
+        "without bound as the prior precision falls toward it and has no maximum"
+    )
+    if "hessian" in curvature_name:
+        return (f"{found}: the exact Hessian is indefinite at this mode (the likelihood alone is "
+                "not convex there); choose the prior with laplace_dense_ggn, which is positive "
+                "semi-definite, or give prior_variance a number instead of auto")
+    kind = "a GGN" if "ggn" in curvature_name else "a Fisher" if "fisher" in curvature_name else "this curvature"
+    return (f"{found}: {kind} is positive semi-definite in exact "
+            "arithmetic, so its computation lost more than rounding (a mode with non-finite or "
+            "extreme outputs, or a likelihood whose output Hessian is not positive "
+            "semi-definite); check the fit's loss and outputs, or give prior_variance a number "
+            "instead of auto")

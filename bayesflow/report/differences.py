@@ -30,13 +30,14 @@ import pandas as pd
 
 from bayesflow.evaluate.significance import ALPHA, Comparison, compare, holm
 from bayesflow.report.tables import FINISHED, best_cells, temperature_independent, variants
+from bayesflow.temperature import TEMPERATURE_FREE
 
 __all__ = ["COLUMNS", "explain", "pairs_at_best", "pairs_by_temperature", "section", "summary"]
 
 COLUMNS = ("method A", "method B", "test", "seeds", "A − B", "p", "p (Holm)",
            "detectable", "significant", "reading")
 """The columns every table has, after its keys (``variant``, the temperatures)."""
-SHARED = "any (T → 0)"
+SHARED = TEMPERATURE_FREE
 UNIT = {"test_nll": "nats"}
 NAMES = {"test_nll": "test NLL"}
 

@@ -36,6 +36,7 @@ from bayesflow.report.tables import (  # results_table and TABLE_METRICS: also r
     failed_cells,
     flagged_rows,
     results_table,
+    temperature_free,
     variants,
 )
 
@@ -206,9 +207,7 @@ def metric_vs_temperature(
     )
     styles = {variant: LINE_STYLES[i % len(LINE_STYLES)] for i, variant in enumerate(variants(frame))}
     palette = _palette(frame["method"])
-    is_reference = frame["temperature"] <= 0
-    if "temperature_shared" in frame.columns:
-        is_reference |= frame["temperature_shared"].fillna(False).astype(bool)
+    is_reference = temperature_free(frame)
     failed = failed_cells(frame, metric)
     succeeded = frame.drop(index=failed.index)
 

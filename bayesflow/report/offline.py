@@ -7,20 +7,31 @@ MathML (``<math>`` elements, which browsers draw natively) with the pure-Python
 ``latex2mathml``, and :func:`exporter_options` selects a template without the CDN
 ``<script>`` tags. Code (fenced blocks and inline spans) is left as written, and a
 formula that does not convert stays as its text.
+
+**MathML never passes through the Markdown renderer.** nbconvert's renderer (mistune)
+reads raw HTML inside Markdown one tag at a time, and with ``embed_images`` it re-parses
+each tag alone with BeautifulSoup to embed ``<img>`` sources, which closes it on the
+spot: ``<math><mi>p</mi></math>`` came out as ``<math></math><mi></mi>p`` (every formula
+of every report empty, the symbols loose text). So :func:`with_mathml` puts a
+placeholder of letters and digits where each formula goes, and
+:meth:`Formulas.restore` puts the MathML into the exported HTML.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import html
 import re
+import secrets
 import threading
 from typing import Any
 
 from jinja2 import DictLoader
 
 __all__ = [
-    "OFFLINE_TEMPLATE", "exporter_options", "html_exporter", "latex_to_mathml", "prepare_export", "with_mathml",
+    "OFFLINE_TEMPLATE", "Formulas", "exporter_options", "html_exporter", "latex_to_mathml", "prepare_export",
+    "with_mathml",
 ]
 
 OFFLINE_TEMPLATE = "bayesflow_offline.html.j2"
@@ -74,36 +85,69 @@ def latex_to_mathml(latex: str, display: bool = False) -> str | None:
     return mathml
 
 
-def markdown_with_mathml(text: str) -> str:
-    """Markdown with each ``$...$`` and ``$$...$$`` outside code replaced by MathML."""
+class Formulas:
+    """The MathML of one export, held out of the Markdown renderer: :meth:`hold` gives a
+    placeholder for a formula, :meth:`restore` puts each formula where its placeholder is
+    in the exported HTML (inside a tag, such as a heading's ``id``, its text instead)."""
+
+    def __init__(self) -> None:
+        # A random mark per export, so no text of the notebook can pose as a placeholder.
+        self.mark = f"bayesflowformula{secrets.token_hex(6)}n"
+        self.mathml: list[str] = []
+        self._pattern = re.compile(rf"<[^<>]*>|{self.mark}(\d+)e")
+
+    def hold(self, mathml: str) -> str:
+        """The placeholder (letters and digits only) that stands for ``mathml``."""
+        self.mathml.append(mathml)
+        return f"{self.mark}{len(self.mathml) - 1}e"
+
+    def restore(self, page: str) -> str:
+        """``page`` with each placeholder replaced by its MathML."""
+        def text(index: str) -> str:
+            return html.escape(html.unescape(re.sub(r"<[^>]*>", "", self.mathml[int(index)])))
+
+        def replace(match: re.Match[str]) -> str:
+            if match.group(1) is not None:
+                return self.mathml[int(match.group(1))]
+            return re.sub(rf"{self.mark}(\d+)e", lambda inner: text(inner.group(1)), match.group(0))
+
+        return self._pattern.sub(replace, page)
+
+
+def markdown_with_mathml(text: str, formulas: Formulas | None = None) -> str:
+    """Markdown with each ``$...$`` and ``$$...$$`` outside code replaced by MathML, or
+    with ``formulas``, by a placeholder that :meth:`Formulas.restore` turns into MathML."""
+
+    def convert(match: re.Match[str]) -> str:
+        display = match.group(1) is not None
+        mathml = latex_to_mathml(match.group(1) if display else match.group(2), display)
+        if mathml is None:
+            return match.group(0)
+        return mathml if formulas is None else formulas.hold(mathml)
+
     pieces, last = [], 0
     for code in _CODE.finditer(text):
-        pieces.append(_MATH.sub(_convert, text[last:code.start()]))
+        pieces.append(_MATH.sub(convert, text[last:code.start()]))
         pieces.append(code.group(0))
         last = code.end()
-    pieces.append(_MATH.sub(_convert, text[last:]))
+    pieces.append(_MATH.sub(convert, text[last:]))
     return "".join(pieces)
 
 
-def _convert(match: re.Match[str]) -> str:
-    display = match.group(1) is not None
-    mathml = latex_to_mathml(match.group(1) if display else match.group(2), display)
-    return match.group(0) if mathml is None else mathml
-
-
-def with_mathml(notebook: Any) -> Any:
+def with_mathml(notebook: Any, formulas: Formulas | None = None) -> Any:
     """A copy of an executed notebook whose Markdown cells and ``text/markdown`` outputs
-    hold MathML instead of LaTeX (the notebook itself keeps its LaTeX)."""
+    hold MathML instead of LaTeX (the notebook itself keeps its LaTeX); with ``formulas``,
+    placeholders for it, to restore in the HTML exported from the copy."""
     converted = copy.deepcopy(notebook)
     for cell in converted.cells:
         if cell.cell_type == "markdown":
-            cell.source = markdown_with_mathml(cell.source)
+            cell.source = markdown_with_mathml(cell.source, formulas)
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             if "text/markdown" in data:
                 source = data["text/markdown"]
                 text = "".join(source) if isinstance(source, list) else source
-                data["text/markdown"] = markdown_with_mathml(text)
+                data["text/markdown"] = markdown_with_mathml(text, formulas)
     return converted
 
 

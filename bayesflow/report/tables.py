@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bayesflow.temperature import TEMPERATURE_FREE
+
 __all__ = [
     "AGREEMENT_METRICS",
     "CHOSEN_ON",
@@ -44,6 +46,7 @@ __all__ = [
     "results_table",
     "selection_metric",
     "summary_metrics",
+    "temperature_free",
     "temperature_independent",
     "variant_table",
     "variants",
@@ -187,7 +190,7 @@ def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.
 
     A method whose fit does not depend on the temperature (``temperature_shared``,
     logged at T = 0: MAP, ensembles, maximum likelihood) has one row, its temperature
-    reading ``"any (T → 0)"``. Flags mark the numbers as in :func:`results_table`.
+    reading :data:`~bayesflow.temperature.TEMPERATURE_FREE` (``"T → 0"``). Flags mark the numbers as in :func:`results_table`.
 
     Returns:
         Columns (``variant``,) ``method``, ``best T``, :data:`CHOSEN_ON` (``validation``
@@ -207,7 +210,7 @@ def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.
     for key, best, cell, done, chosen in _best(values, keyed, metric):
         row = dict(zip([*keyed, "method"], key))
         row["best T"] = (
-            "any (T → 0)" if temperature_independent(cell) else ("—" if best is None else f"{best:g}")
+            TEMPERATURE_FREE if temperature_independent(cell) else ("—" if best is None else f"{best:g}")
         )
         row[CHOSEN_ON] = "validation" if chosen == validation else "test"
         for name in shown:
@@ -298,7 +301,7 @@ def variant_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame
     best = best_temperature_table(frame, metric)
     if best.empty:
         return pd.DataFrame()
-    where = best["best T"].map(lambda value: "T → 0" if value.startswith("any") else f"T={value}")
+    where = best["best T"].map(lambda value: value if value == TEMPERATURE_FREE else f"T={value}")
     best["cell"] = best[metric] + " (" + where + ")"
     wide = best.pivot(index="method", columns="variant", values="cell")
     methods = list(pd.unique(frame["method"]))
@@ -308,10 +311,16 @@ def variant_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame
 
 def temperature_independent(cell: pd.DataFrame) -> bool:
     """True when the fits of a cell do not depend on the temperature."""
-    shared = bool((pd.to_numeric(cell["temperature"], errors="coerce") <= 0).all())
-    if "temperature_shared" in cell.columns:
-        shared |= bool(cell["temperature_shared"].fillna(False).astype(bool).all())
-    return shared
+    return bool(temperature_free(cell).all())
+
+
+def temperature_free(frame: pd.DataFrame) -> pd.Series:
+    """Which rows are temperature-free fits (MAP, ensembles): ``temperature_shared`` where
+    the frame has it, so that a per-temperature fit at T = 0 (VI) is not one; else, for
+    results logged before that column, a temperature of 0."""
+    if "temperature_shared" in frame.columns:
+        return frame["temperature_shared"].fillna(False).astype(bool)
+    return pd.to_numeric(frame["temperature"], errors="coerce") <= 0
 
 
 def _marked(text: str, rows: pd.DataFrame, columns: list[str]) -> str:

@@ -83,7 +83,7 @@ def check_data(spec: WorkflowSpec, base_dir: Path | None) -> list[Problem]:
 
         path, target = data.path, data.target
         try:
-            task, classes = csv_target_task(path, target, base_dir)
+            task, classes = csv_target_task(path, target, base_dir, type(spec.likelihood).TASK)
         except SpecError as error:
             return [_relocated(problem) for problem in error.problems]
         label = f"the target column {target!r} of {resolve_path(path, base_dir).name}"

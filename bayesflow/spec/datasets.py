@@ -6,9 +6,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import (
+    Field,
+    PositiveInt,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from bayesflow.spec.strict import Strict
 from bayesflow.spec.text import TextSpec
@@ -94,6 +100,16 @@ class CsvSpec(Strict):
         "`test_fraction` and `validation_fraction` must be left out.",
     )
     standardize: bool = Field(True, description="Standardise features with training statistics.")
+
+    @model_serializer(mode="wrap")
+    def _without_unused_fractions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """With a ``split_column`` the dump (``validate --resolved``, cache keys) leaves out
+        the fractions it replaces, which a spec must not give beside it: the dump loads back."""
+        dumped: dict[str, Any] = handler(self)
+        if self.split_column is not None:
+            for key in ("test_fraction", "validation_fraction"):
+                dumped.pop(key, None)
+        return dumped
 
 
 class ImdbSpec(Strict):

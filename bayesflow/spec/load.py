@@ -68,8 +68,9 @@ class LoadedSpec:
         return nearest_location(tuple(key.split(".")), self.locations)
 
     def to_yaml(self) -> str:
-        """The resolved spec with defaults filled in, as YAML."""
-        data = self.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The resolved spec with defaults filled in, as YAML that loads back to the same
+        spec: keys set to null (``batch_size: null``, full batch) are shown, not dropped."""
+        data = self.spec.model_dump(mode="json", by_alias=True)
         return OmegaConf.to_yaml(OmegaConf.create(data))
 
 

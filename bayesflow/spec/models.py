@@ -84,7 +84,10 @@ class WorkflowSpec(Strict):
         "2020); `likelihood`: only the likelihood is tempered.",
     )
     temperatures: list[NonNegativeFloat] = Field(
-        min_length=1, description="Grid of posterior temperatures T (T = 1 is Bayes, T → 0 is MAP)."
+        min_length=1, description="Grid of posterior temperatures T (T = 1 is Bayes, T → 0 is MAP). "
+        "T = 0 is the limit: a method fitted per temperature (VI, Laplace) fits its own point mass "
+        "at its mode there; samplers need T > 0; MAP, maximum likelihood and deep ensembles are "
+        "that limit already, fitted once for every temperature and written `T → 0`."
     )
     seeds: list[int] = Field([0], min_length=1, description="Random seeds; every cell runs once per seed.")
     methods: dict[str, MethodSpec] = Field(

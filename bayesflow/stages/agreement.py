@@ -23,6 +23,7 @@ from bayesflow.data.reference import comparison_rows
 from bayesflow.errors import StageError
 from bayesflow.stages.artefacts import EvaluationArtefact
 from bayesflow.stages.context import WorkflowContext, describe_cell
+from bayesflow.temperature import TEMPERATURE_FREE
 
 __all__ = ["TRAINING_PREFIX", "compare_with_reference"]
 
@@ -71,7 +72,7 @@ def compare_with_reference(
     else:
         assert reference is not None
         target = _predictive(_read(reference), prefix, likelihood, "the reference's evaluation")
-        temperature = "shared" if stage.temperature is None else f"{stage.temperature:g}"
+        temperature = TEMPERATURE_FREE if stage.temperature is None else f"{stage.temperature:g}"
         source = f"the predictive of {spec.method!r} (seed {stage.seed}" + (
             f", T = {spec.temperature:g})" if spec.temperature is not None else f", T = {temperature})")
     scores = compare_predictives(own, target)

@@ -234,15 +234,19 @@ def store_model(
 # validates the input example by loading the model and predicting (most of its 40-120 ms
 # per fit); every later fit of the process with the same signature copies the saved
 # folder and changes only what differs (the three artifacts and the MLmodel's uuid, time,
-# sources and size). The folders live until the process ends.
+# sources and size). The folders live until the process ends (a killed process's are
+# swept by the next process that keeps templates: :mod:`bayesflow.tracking.scratch`).
+TEMPLATE_PREFIX = "bayesflow-pyfunc-"
 _TEMPLATES: dict[str, Path] = {}
 _TEMPLATE_ROOT: list[tempfile.TemporaryDirectory[str]] = []
 
 
 def _keep_template(key: str, model: Path) -> None:
     """Keep a copy of a freshly saved ``model`` folder as the template of ``key``."""
+    from bayesflow.tracking.scratch import process_folder
+
     if not _TEMPLATE_ROOT:
-        _TEMPLATE_ROOT.append(tempfile.TemporaryDirectory(prefix="bayesflow-pyfunc-"))
+        _TEMPLATE_ROOT.append(process_folder(TEMPLATE_PREFIX))  # sweeps what killed processes left
     target = Path(tempfile.mkdtemp(dir=_TEMPLATE_ROOT[0].name)) / MODEL_PATH
     shutil.copytree(model, target)
     _TEMPLATES[key] = target

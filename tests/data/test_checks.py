@@ -164,14 +164,38 @@ def test_a_row_longer_than_the_header(folder: Path) -> None:
 
 def test_a_text_target_and_a_text_feature(folder: Path) -> None:
     """Text is not read as numbers: the target at validate, a feature at run."""
-    words = ["yes", "no"] if ROWS[0][2] else ["no", "yes"]  # in the order they first appear
     refused_at_validate("a,b,y", [(a, b, "yes" if y else "no") for a, b, y in ROWS], (
-        f"spec.yaml:5:3: data.target: column 'y' of table.csv is not numeric (it holds {words[0]!r}, "
-        f"{words[1]!r}); encode the classes as 0, 1, ..., or give a numeric target"
+        "spec.yaml:5:3: data.target: column 'y' of table.csv holds text labels in every row "
+        "(2 distinct: 'no', 'yes'); a classification needs class numbers: encode the classes as "
+        "0, 1, ..., K-1 ('no' → 0, 'yes' → 1)"
     ))
     refused_at_run("a,b,y", [(a, "x" if index == 1 else b, y) for index, (a, b, y) in enumerate(ROWS)], (
         "data.path: column 'b' of table.csv is not numeric (e.g. 'x'); give numbers, or drop that column"
     ))
+
+
+GAUSSIAN_SPEC = TABLE_SPEC.replace("name: bernoulli", "name: gaussian")
+
+
+def test_a_regression_target_with_a_text_cell_names_that_cell(folder: Path) -> None:
+    """One '?' among numbers: the message quotes that value and its row, not the good
+    values, and asks for a number there (no word of classes for a regression)."""
+    rows = [(a, b, "?" if index == 6 else round(a + b, 3)) for index, (a, b, _) in enumerate(ROWS)]
+    refused_at_validate("a,b,y", rows, (
+        "spec.yaml:5:3: data.target: column 'y' of table.csv is not numeric: 1 row holds text where "
+        "a number is expected: '?' (data row 7); give a number in each of those rows, or remove them"
+    ), GAUSSIAN_SPEC)
+
+
+def test_a_regression_target_of_labels_says_a_regression_needs_numbers(folder: Path) -> None:
+    """Text labels under a gaussian likelihood: the fix is a numeric column or a
+    classification likelihood, not only "encode the classes"."""
+    refused_at_validate("a,b,y", [(a, b, "yes" if y else "no") for a, b, y in ROWS], (
+        "spec.yaml:5:3: data.target: column 'y' of table.csv holds text labels in every row "
+        "(2 distinct: 'no', 'yes'), but the likelihood is a regression's, which needs a real number "
+        "in every row; name a numeric column as data.target, or for class labels use the categorical "
+        "or bernoulli likelihood with the classes encoded as 0, 1, ... ('no' → 0, 'yes' → 1, ...)"
+    ), GAUSSIAN_SPEC)
 
 
 @pytest.mark.parametrize(

@@ -348,5 +348,47 @@ def test_an_indefinite_hessian_has_no_evidence_maximum() -> None:
     fitted = mode_fit(problem, params, inputs, targets)
     _, _, metrics = choose_prior(problem, state, fitted, curvature_name="dense_hessian")
     assert math.isfinite(metrics["log_evidence"])  # at the spec's prior it is defined
-    with pytest.raises(StageError, match="negative eigenvalue"):
+    with pytest.raises(StageError, match="the exact Hessian is indefinite at this mode.*choose the prior with laplace_dense_ggn"):
         choose_prior(problem, state, fitted, curvature_name="dense_hessian", prior_auto=True)
+
+
+def sinusoid_case(dtype: torch.dtype) -> tuple[Problem, LaplaceState, ModeFit]:
+    """laplace-torch's regression example (a 1-50-1 tanh MLP, 151 weights, on 150 noisy
+    sine points) at its initial weights, with its dense GGN in ``dtype``: rank ≤ 150 < 151."""
+    generator = torch.Generator().manual_seed(711)
+    inputs = torch.rand(150, 1, generator=generator) * 8
+    targets = (torch.sin(inputs) + 0.3 * torch.randn(150, 1, generator=generator)).squeeze(-1)
+    inputs, targets = inputs.to(dtype), targets.to(dtype)
+    torch.manual_seed(711)
+    model = nn.Sequential(nn.Linear(1, 50), nn.Tanh(), nn.Linear(50, 1)).to(dtype)
+    problem = build_problem(model, gaussian(1.0), diag_normal(1.0), 150)
+    params = flat(model)
+    curvature = dense_ggn(problem, params, (inputs, targets))
+    return problem, LaplaceState(params, curvature), mode_fit(problem, params, inputs, targets)
+
+
+def test_a_rank_deficient_float32_ggn_chooses_the_prior_its_float64_twin_chooses() -> None:
+    """laplace-torch's sinusoid example: the float32 GGN's rounding gives it negative
+    eigenvalues, read as zero, so the evidence-chosen prior and noise are the float64 ones
+    (to float32's accuracy)."""
+    problem, state, fitted = sinusoid_case(torch.float32)
+    smallest = float(torch.linalg.eigvalsh(state.curvature.double()).min())
+    assert smallest < -151 * torch.finfo(torch.float64).eps * float(state.curvature.abs().max())
+    metrics = choose_prior(problem, state, fitted, curvature_name="dense_ggn", prior_auto=True, noise_sd=1.0)[2]
+    twin = choose_prior(*sinusoid_case(torch.float64), curvature_name="dense_ggn", prior_auto=True, noise_sd=1.0)[2]
+    assert metrics["prior_variance_chosen"] == pytest.approx(twin["prior_variance_chosen"], rel=1e-2)
+    assert metrics["noise_sd_chosen"] == pytest.approx(twin["noise_sd_chosen"], rel=1e-3)
+    assert metrics["log_evidence"] == pytest.approx(twin["log_evidence"], abs=0.05)
+
+
+def test_an_indefinite_ggn_is_blamed_on_its_computation_not_on_a_hessian() -> None:
+    """A GGN with an eigenvalue far below its rounding is refused with the eigenvalue and
+    a cause that fits a GGN (which is semi-definite in exact arithmetic)."""
+    problem, state, fitted = sinusoid_case(torch.float32)
+    broken = state._replace(curvature=state.curvature - 10.0 * torch.eye(151))
+    with pytest.raises(StageError) as caught:
+        choose_prior(problem, broken, fitted, curvature_name="dense_ggn", prior_auto=True)
+    message = str(caught.value)
+    assert "dense_ggn curvature (151 parameters, computed in float32) has the eigenvalue -10" in message
+    assert "a GGN is positive semi-definite in exact arithmetic" in message
+    assert "Hessian is indefinite" not in message and "choose the prior with laplace_dense_ggn" not in message

@@ -76,7 +76,7 @@ def test_best_temperatures_are_compared_pairwise() -> None:
     row naming both temperatures."""
     table = differences.pairs_at_best(noisy())
     assert list(zip(table["method A"], table["method B"])) == [("map", "laplace"), ("map", "sghmc"), ("laplace", "sghmc")]
-    assert table.iloc[0]["T of A"] == "any (T → 0)" and table.iloc[0]["T of B"] == "0.1"
+    assert table.iloc[0]["T of A"] == "T → 0" and table.iloc[0]["T of B"] == "0.1"
 
 
 def test_zero_spread_ties_and_one_seed_say_so() -> None:
@@ -106,7 +106,7 @@ def test_shared_methods_meet_once_and_a_sweep_keeps_its_variants() -> None:
     frame = noisy()
     ensemble = frame.loc[frame["method"] == "map"].assign(method="deep_ensemble")
     table = differences.pairs_by_temperature(pd.concat([frame, ensemble], ignore_index=True))
-    shared = table.loc[table["T"] == "any (T → 0)"]
+    shared = table.loc[table["T"] == "T → 0"]
     assert list(zip(shared["method A"], shared["method B"])) == [("map", "deep_ensemble")]
     swept = differences.pairs_by_temperature(sweep())
     assert list(swept.columns[:2]) == ["variant", "T"] and len(swept) == 2 * 9

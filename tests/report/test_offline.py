@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import bs4
 import nbformat
 
 from bayesflow.report.offline import latex_to_mathml, markdown_with_mathml, with_mathml
+from bayesflow.report.render import _export_html
+
+from .pages import formulas_in
 
 
 def test_inline_and_display_formulas_become_mathml() -> None:
@@ -39,3 +43,26 @@ def test_notebook_cells_and_markdown_outputs_are_converted_on_a_copy() -> None:
     assert converted.cells[0].source.startswith("<math")
     assert converted.cells[1].outputs[0]["data"]["text/markdown"].startswith("<math")
     assert notebook.cells[0].source == "$T$"
+
+
+def test_formulas_in_the_exported_html_hold_their_symbols() -> None:
+    """The HTML page, not just the notebook: inline, display, heading and Markdown-output
+    formulas keep their MathML children and symbols (nbconvert's Markdown renderer closed
+    each tag alone, leaving ``<math></math>`` and the symbols as loose text)."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells.append(nbformat.v4.new_markdown_cell(
+        "## Tempered at $T$\n\nThe posterior $p_T(\\theta \\mid D) \\propto \\exp(-U(\\theta)/T)$ and\n\n"
+        "$$U(\\theta) = -\\sum_i \\log p(y_i \\mid x_i, \\theta) - \\log p(\\theta)$$\n"
+    ))
+    code = nbformat.v4.new_code_cell("")
+    code.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "best at $T = 0.1$"})]
+    notebook.cells.append(code)
+    page = _export_html(notebook, title="formulas", show_code=False)
+    formulas = formulas_in(page)
+    assert len(formulas) == 4
+    assert [formula.get("display") for formula in formulas] == ["inline", "inline", "block", "inline"]
+    assert "θ" in formulas[1].get_text() and "∝" in formulas[1].get_text()
+    assert "∑" in formulas[2].get_text()
+    assert "bayesflowformula" not in page
+    heading = bs4.BeautifulSoup(page, "html.parser").find("h2")
+    assert heading is not None and "<" not in str(heading.get("id"))

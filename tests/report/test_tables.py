@@ -18,7 +18,7 @@ def test_best_temperature_per_method(results_frame: pd.DataFrame) -> None:
     assert list(table.columns) == ["best T", "chosen on", "test_nll", "test_accuracy", "seeds finished"]
     assert table.index.tolist() == ["map", "laplace", "sghmc"]
     assert set(table["chosen on"]) == {"test"}  # no validation metrics: chosen on test
-    assert table.loc["map", "best T"] == "any (T → 0)"
+    assert table.loc["map", "best T"] == "T → 0"
     assert table.loc["laplace", "best T"] == "0.1"
     assert table.loc["laplace", "test_nll"] == "0.310 ± 0.007"
     assert table.loc["laplace", "test_accuracy"] == "0.899 ± 0.000"
@@ -120,3 +120,16 @@ def test_best_cells_are_the_rows_at_each_best_temperature() -> None:
         ("laplace", 0.1), ("map", 0.0), ("sghmc", 0.1)
     ]
     assert tables.flag_notes(cells)["column"].tolist() == ["kinetic_temperature_ratio"]
+
+
+def test_a_per_temperature_fit_at_t_0_is_not_temperature_free() -> None:
+    """VI fitted at T = 0 (temperature_shared false) has its best at 0, written "0", not
+    the temperature-free MAP's "T → 0"; and it is not drawn as a T → 0 line."""
+    frame = synthetic_results()
+    vi = frame[frame["method"] == "laplace"].assign(method="vi", engine="vi")
+    vi.loc[vi["temperature"] == vi["temperature"].min(), "temperature"] = 0.0
+    vi.loc[vi["temperature"] == 0.0, "test_nll"] = 0.01
+    frame = pd.concat([frame, vi], ignore_index=True)
+    table = tables.best_temperature_table(frame).set_index("method")
+    assert table.loc["vi", "best T"] == "0" and table.loc["map", "best T"] == "T → 0"
+    assert tables.temperature_free(frame).tolist() == (frame["method"] == "map").tolist()

@@ -33,7 +33,7 @@ def test_the_best_temperature_is_chosen_on_validation_and_reports_test() -> None
     assert table.loc["laplace", "test_nll"] == "0.340 ± 0.007"
     assert table.loc["laplace", "test_accuracy"] == "0.890 ± 0.000"
     assert table.loc["laplace", "val_nll"] == "0.410 ± 0.014"
-    assert table.loc["map", "best T"] == "any (T → 0)" and table.loc["map", "chosen on"] == "validation"
+    assert table.loc["map", "best T"] == "T → 0" and table.loc["map", "chosen on"] == "validation"
 
 
 def test_best_cells_follow_the_validation_choice() -> None:

@@ -201,3 +201,25 @@ def test_unknown_report_template_is_a_spec_error(tiny_spec: Path) -> None:
     (message,) = problems(tiny_spec, ["report.template=nope"])
     assert message.startswith("override 'report.template=nope': report.template: report template 'nope' not found")
     assert "cold_posterior" in message
+
+
+def test_the_resolved_spec_loads_back_with_the_same_stage_keys(tmp_path: Path) -> None:
+    """``validate --resolved``'s YAML validates and plans the same stages under the same
+    keys: a CSV split column's spec (its fractions left out) and a key set to null
+    (``batch_size: null``, full batch, shown rather than dropped back to 128)."""
+    from bayesflow.dag.plan import plan_cells
+
+    data = "data:\n  name: csv\n  path: package:pima_indians_diabetes.csv\n  target: target\n  split_column: part\n"
+    text = (TINY_SPEC.replace("data:\n  name: sklearn_digits\n  test_fraction: 0.5\n", data)
+            .replace("name: categorical", "name: bernoulli")
+            .replace("    epochs: 3\n  laplace:", "    epochs: 3\n    batch_size: null\n  laplace:"))
+    loaded = load_spec(write(tmp_path, text))
+    printed = loaded.to_yaml()
+    assert "batch_size: null" in printed and "test_fraction" not in printed
+    again = load_spec(write(tmp_path, printed, "resolved.yaml"))
+    assert again.spec == loaded.spec
+
+    def keys(spec: object) -> dict[str, str]:
+        return {name: stage.key for name, stage in plan_cells(spec, "data").items()}  # type: ignore[arg-type]
+
+    assert keys(again.spec) == keys(loaded.spec)
