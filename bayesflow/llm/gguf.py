@@ -74,7 +74,7 @@ def supported_architectures() -> list[str]:
 def supported_quantizations() -> list[str]:
     """The tensor types ``gguf`` dequantizes (what transformers calls to read a tensor)."""
     gguf = require_gguf()
-    import gguf.quants as quants
+    from gguf import quants
 
     # a type gguf can only write (no `dequantize_blocks` of its own) is left out
     names = {"F32", "F16"} | {gguf.GGMLQuantizationType(kind).name

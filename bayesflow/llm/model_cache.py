@@ -84,6 +84,7 @@ def staged(target: Path, need_mb: int) -> Iterator[Path]:
         if free_mb < need_mb:
             raise OSError(errno.ENOSPC, f"{free_mb:,} MB free")
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name.lstrip('.')}.", suffix=".partial", dir=parent))
+        staging.chmod(0o755)  # mkdtemp's 0700 would keep the finished folder private
     except OSError as error:
         raise _unwritable(parent, error, need_mb) from error
     try:

@@ -218,7 +218,7 @@ def test_real_smollm2_pull_scores_english_sensibly(home) -> None:
     assert json.loads((folder / "source.json").read_text())["sha256"] == SMOLLM.sha256
     model, _ = build_causal_lm(section("models:smollm2-135m"))
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
-    ids = folder_encoder(folder)("The cat sat on the mat and looked out of the window at the rain.")
+    ids = torch.as_tensor(folder_encoder(folder)("The cat sat on the mat and looked out of the window at the rain."))
     with torch.no_grad():
         log_probs = torch.log_softmax(model(ids[None], use_cache=False).logits[0, :-1], dim=-1)
     nll = -log_probs.gather(1, ids[1:, None]).mean().item()
