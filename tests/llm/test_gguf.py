@@ -131,6 +131,11 @@ def test_folder_with_two_gguf_files_names_them(model, tmp_path) -> None:
         build_causal_lm(section(tmp_path))
 
 
+def test_a_gguf_path_that_does_not_exist_says_so(tmp_path) -> None:
+    with pytest.raises(SpecError, match=r"model.path: no GGUF file .*absent.gguf'; nothing is downloaded"):
+        build_causal_lm(section(tmp_path / "absent.gguf"))
+
+
 def test_a_file_that_is_not_gguf_is_refused(tmp_path, home) -> None:
     file = tmp_path / "model.gguf"
     file.write_bytes(b"PK\x03\x04 this is a zip, not a model" * 10)
