@@ -17,6 +17,8 @@ can catch one class. The tree::
     │                             code 1: read-only, full or locked, see tracking/preflight.py)
     ├── UsageError                a command was called in a way that cannot work (exit code 2)
     ├── PosteriorError            a fitted posterior cannot be loaded (bayesflow.posterior)
+    ├── ModelSourceError          a pretrained model cannot be fetched, checked or converted
+    │                             into the model cache (exit code 1; bayesflow.llm.pull)
     │   └── NoDensityError        it has no density to evaluate (samples, a point mass)
     └── CacheLockError            another run holds the cache folder (exit code 1)
 
@@ -32,6 +34,7 @@ __all__ = [
     "DataError",
     "DivergenceError",
     "MissingDependencyError",
+    "ModelSourceError",
     "RegistryError",
     "SpecError",
     "StageError",
@@ -123,6 +126,16 @@ class TrackingError(BayesflowError):
 class CacheLockError(BayesflowError):
     """Another process holds the lock of the cache folder a run needs, and this run was
     told not to wait (or waited past its timeout). Exit code 1: the run did not start."""
+
+    exit_code = 1
+
+
+class ModelSourceError(BayesflowError):
+    """A pretrained model cannot be fetched, checked or converted (:mod:`bayesflow.llm.pull`,
+    :mod:`bayesflow.llm.gguf`): pip reaches no index, the wheel's digest is not the pinned
+    one, a file is not a complete GGUF or holds what transformers cannot read, the model
+    cache is read-only or full. Exit code 1; nothing is left half-written. A spec naming
+    such a model gets the same message as a :class:`SpecError` at ``model.path``."""
 
     exit_code = 1
 

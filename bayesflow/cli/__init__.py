@@ -1,5 +1,6 @@
 """The command line: ``bayesflow validate | plan | run | report | ui | schema`` and the
-registry listings ``bayesflow engines | models | datasets | likelihoods | priors | plots``.
+registry listings ``bayesflow engines | models | datasets | likelihoods | priors | plots``
+(``bayesflow models list | pull NAME``: pretrained models).
 
 The commands hold no logic: they call :mod:`bayesflow.api` and :mod:`bayesflow.spec.catalog`.
 Each group of commands is a module that registers itself on :data:`bayesflow.cli.app.app`.
@@ -11,7 +12,7 @@ import sys
 
 # isort: off
 # Importing a command module registers its commands; this order is the order of `--help`.
-from bayesflow.cli import plan, run, store, listings  # noqa: F401
+from bayesflow.cli import plan, run, store, listings, pretrained  # noqa: F401
 # isort: on
 from bayesflow.cli.app import app
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from bayesflow.cli.app import OUT_OPTION, REGISTRIES, app, console, guarded, output, print_table
 
-__all__ = ["plots", "schema"]
+__all__ = ["plots", "schema", "show_registry"]
 
 
 @app.command()
@@ -40,6 +40,29 @@ def schema(
         console.print(f"wrote {out}")
 
 
+def show_registry(kind: str, singular: str, name: str | None) -> None:
+    """Print one registry (``bayesflow engines``), or one entry's keys (``bayesflow engines NAME``)."""
+    from bayesflow.spec.catalog import entries
+
+    found = entries(kind)
+    if name is None:
+        output.print(_entries_text(found, singular), markup=False, highlight=False)
+        output.print(f"\n`bayesflow {kind} NAME` shows one {singular}'s keys in full.",
+                     markup=False, highlight=False)
+        return
+    chosen = [entry for entry in found if name in entry.names]
+    if not chosen:
+        from bayesflow.registry import closest
+
+        names = [each for entry in found for each in entry.names]
+        hint = closest(name, names)
+        suggestion = f"; did you mean {hint!r}?" if hint else ""
+        console.print(f"[bold red]error:[/] unknown {singular} {name!r}{suggestion} "
+                      f"(expected one of: {', '.join(names)})", highlight=False)
+        raise typer.Exit(2)
+    print_table(_entry_table(chosen[0], singular))
+
+
 def _listing(kind: str, singular: str) -> None:
     """Register the command listing one registry (``bayesflow engines`` and friends)."""
 
@@ -48,25 +71,7 @@ def _listing(kind: str, singular: str) -> None:
             None, help=f"Show one {singular}'s keys with types and descriptions.", show_default=False
         ),
     ) -> None:
-        from bayesflow.spec.catalog import entries
-
-        found = entries(kind)
-        if name is None:
-            output.print(_entries_text(found, singular), markup=False, highlight=False)
-            output.print(f"\n`bayesflow {kind} NAME` shows one {singular}'s keys in full.",
-                         markup=False, highlight=False)
-            return
-        chosen = [entry for entry in found if name in entry.names]
-        if not chosen:
-            from bayesflow.registry import closest
-
-            names = [each for entry in found for each in entry.names]
-            hint = closest(name, names)
-            suggestion = f"; did you mean {hint!r}?" if hint else ""
-            console.print(f"[bold red]error:[/] unknown {singular} {name!r}{suggestion} "
-                          f"(expected one of: {', '.join(names)})", highlight=False)
-            raise typer.Exit(2)
-        print_table(_entry_table(chosen[0], singular))
+        show_registry(kind, singular, name)
 
     command.__doc__ = f"The {kind} a spec can name, with keys and defaults."
     app.command(name=kind, rich_help_panel=REGISTRIES)(guarded(command))
@@ -99,8 +104,9 @@ def _entry_table(entry: Any, singular: str) -> Table:
     return table
 
 
+# `models` is bayesflow.cli.pretrained's: the registry, and `pull` / `list` of pretrained models.
 for _kind, _singular in (
-    ("engines", "engine"), ("models", "model"), ("datasets", "dataset"),
+    ("engines", "engine"), ("datasets", "dataset"),
     ("likelihoods", "likelihood"), ("priors", "prior"),
 ):
     _listing(_kind, _singular)

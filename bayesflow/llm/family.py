@@ -98,9 +98,9 @@ def base_model_text(spec: Any, scored: int, base_dir: Path | None = None) -> str
 
 def absolute_path(path: str, base_dir: Path | None) -> str:
     """A relative model folder ``path`` made absolute from ``base_dir`` (default the working
-    directory); an absolute or ``package:`` path as it is (``package:`` resolves inside the
-    installed bayesflow wherever it is loaded)."""
-    if path.startswith("package:") or Path(path).expanduser().is_absolute():
+    directory); an absolute, ``package:`` or ``models:`` path as it is (``package:`` resolves
+    inside the installed bayesflow, ``models:`` in the model cache, wherever it is loaded)."""
+    if path.startswith(("package:", "models:")) or Path(path).expanduser().is_absolute():
         return path
     return str(((base_dir or Path.cwd()) / path).resolve())
 

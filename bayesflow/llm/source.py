@@ -28,12 +28,19 @@ TOKENIZER = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_confi
 def check_folder(path: str, base_dir: Path | None = None, where: str = "model.path") -> Path:
     """The model folder ``path`` (relative to ``base_dir``, or ``package:NAME`` for a folder
     shipped with bayesflow, e.g. ``package:lm/checkpoint``), checked to hold a config,
-    weights and a tokenizer, so that loading it needs no network.
+    weights and a tokenizer, so that loading it needs no network. ``models:NAME`` (a pulled
+    model) and a GGUF file or folder are their folders in the model cache
+    (:func:`bayesflow.llm.model_cache.resolve_model_path`).
 
     Raises:
         SpecError: the folder does not exist, or lacks one of the three.
     """
-    if path.startswith("package:"):
+    from bayesflow.llm.model_cache import resolve_model_path
+
+    cached = resolve_model_path(path, base_dir, where)
+    if cached is not None:
+        folder = cached
+    elif path.startswith("package:"):
         from bayesflow.data.dataset import resolve_path
 
         folder = resolve_path(path)

@@ -77,9 +77,11 @@ class CausalLMSpec(Strict):
     )
     path: str | None = Field(
         None, description="A local folder with the model's `config.json`, its weights "
-        "(`*.safetensors` or `*.bin`) and tokenizer, relative to the spec file, or "
-        "`package:NAME` for a folder shipped with bayesflow (`package:lm/checkpoint`); read "
-        "with local_files_only."
+        "(`*.safetensors` or `*.bin`) and tokenizer, relative to the spec file; "
+        "`package:NAME` for a folder shipped with bayesflow (`package:lm/checkpoint`); "
+        "`models:NAME` for a pretrained model fetched once by `bayesflow models pull NAME` "
+        "(`models:smollm2-135m`); or a GGUF file (llama.cpp's format), or a folder holding one, "
+        "converted once into the model cache. Read with local_files_only: a run never downloads."
     )
     vocab_size: PositiveInt = Field(256, description="Token ids (config-built models; ignored with `path`, as every size).")
     hidden_size: PositiveInt = Field(32, description="Width of the residual stream.")

@@ -288,8 +288,9 @@ def _anchor_override_paths(config: Any, locations: dict[tuple[str, ...], Locatio
 
 
 def _relative(value: Any) -> bool:
-    """A path written relative to somewhere (not absolute, ``package:`` or interpolated)."""
-    return (isinstance(value, str) and bool(value) and not value.startswith("package:")
+    """A path written relative to somewhere (not absolute, ``package:``, ``models:`` (a
+    pulled model, :mod:`bayesflow.llm.catalogue`) or interpolated)."""
+    return (isinstance(value, str) and bool(value) and not value.startswith(("package:", "models:"))
             and not Path(value).is_absolute() and "${" not in value)
 
 
