@@ -11,21 +11,9 @@ import torch
 from bayesflow.errors import StageError
 from bayesflow.methods import METHODS
 from bayesflow.temperature import Tempering
-from tests.engines.helpers import CASES, NUM_DATA, Regression, exact, run
+from tests.engines.helpers import NUM_DATA, Regression, exact, run
 
-
-@pytest.mark.parametrize(("temperature", "convention"), CASES)
-def test_mean_and_covariance_are_the_closed_form(
-    regression: Regression, temperature: float, convention: str
-) -> None:
-    """Mean and covariance equal the conjugate formulas of the test helpers, at two
-    temperatures and under both conventions, from any starting point (one Newton step)."""
-    truth = exact(regression[1], regression[2], temperature, convention)
-    for start in (None, torch.full((3,), 5.0, dtype=torch.float64)):
-        posterior = run("conjugate_linear", regression, temperature, convention, params=start)
-        assert posterior.mean is not None and posterior.cov is not None
-        torch.testing.assert_close(posterior.mean, truth.mean, rtol=1e-9, atol=1e-10)
-        torch.testing.assert_close(posterior.cov, truth.cov, rtol=1e-9, atol=1e-12)
+# The closed-form check of conjugate_linear (from two starting points) is a row of test_closed_form.CLOSED_FORM.
 
 
 def test_zero_temperature_is_the_point_mass_at_the_mode(regression: Regression) -> None:

@@ -32,27 +32,7 @@ from tests.engines.helpers import (
     run,
 )
 
-VI_CONFIG = {
-    "epochs": 400,
-    "n_samples": 8,
-    "init_log_sd": -3.5,
-    "optimizer": {"lr": 0.05, "schedule": {"kind": "cosine", "final_fraction": 0.01}},
-}
-
-
-@pytest.mark.parametrize(("temperature", "convention"), WARM_AND_COLD)
-def test_vi_dense_recovers_the_full_covariance(
-    regression: Regression, temperature: float, convention: str
-) -> None:
-    """``vi_dense`` finds the posterior mean and its full covariance ``Λ⁻¹``."""
-    target = exact(regression[1], regression[2], temperature, convention)
-    posterior = run("vi_dense", regression, temperature, convention, **VI_CONFIG)
-    assert posterior.cov is not None and posterior.mean is not None
-    sd = target.marginal_var.sqrt()
-    assert ((posterior.mean - target.mean).abs() / sd).max() < 0.01
-    # Measured: within 0.14% of Λ⁻¹ at T = 0.1 and 4e-7 at T = 1 (the cosine schedule's
-    # last steps average out the remaining noise of the 8-sample gradient).
-    torch.testing.assert_close(posterior.cov, target.cov, rtol=0, atol=0.01 * float(sd.min()) ** 2)
+# The closed-form check of vi_dense is a row of test_closed_form.CLOSED_FORM.
 
 
 # Both covariance families: the scale S is ρ (d,) for the diagonal one, A (d, d) for the
@@ -103,17 +83,7 @@ def test_closed_form_entropy_is_the_gaussian_entropy() -> None:
     torch.testing.assert_close(entropy(DIAGONAL, mean, log_sd, draws, False), exact)
 
 
-@pytest.mark.parametrize(("temperature", "convention"), WARM_AND_COLD)
-@pytest.mark.parametrize("batch_size", [16, None])
-def test_dense_ekf_is_the_kalman_filter(
-    regression: Regression, temperature: float, convention: str, batch_size: int | None
-) -> None:
-    """One pass of ``ekf_dense_fisher`` from the prior mean gives the exact posterior."""
-    target = exact(regression[1], regression[2], temperature, convention)
-    posterior = run("ekf_dense_fisher", regression, temperature, convention, batch_size=batch_size)
-    assert posterior.cov is not None and posterior.mean is not None
-    torch.testing.assert_close(posterior.mean, target.mean, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(posterior.cov, target.cov, rtol=1e-10, atol=0)
+# The closed-form check of the dense EKF is a row of test_closed_form.CLOSED_FORM.
 
 
 @pytest.mark.parametrize(("temperature", "convention"), WARM_AND_COLD)
@@ -135,17 +105,7 @@ def test_diagonal_ekf_is_exact_for_an_orthogonal_design(
     torch.testing.assert_close(posterior.var, target.marginal_var, rtol=1e-10, atol=0)
 
 
-@pytest.mark.parametrize(("temperature", "convention"), WARM_AND_COLD)
-def test_diagonal_ekf_variance_is_mean_field(
-    regression: Regression, temperature: float, convention: str
-) -> None:
-    """With minibatches, the diagonal EKF's variance is exactly ``1 / diag(Λ)``."""
-    target = exact(regression[1], regression[2], temperature, convention)
-    posterior = run("ekf_diag_fisher", regression, temperature, convention, batch_size=32)
-    assert posterior.var is not None and posterior.mean is not None
-    torch.testing.assert_close(posterior.var, target.mean_field_var, rtol=1e-10, atol=0)
-    # The mean drops each step's correlations, so it is only near the posterior mean.
-    assert ((posterior.mean - target.mean).abs() / target.marginal_var.sqrt()).max() < 2
+# The closed-form check of the minibatch diagonal EKF is a row of test_closed_form.CLOSED_FORM.
 
 
 def test_empirical_fisher_ekf_step(regression: Regression) -> None:

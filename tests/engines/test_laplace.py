@@ -23,7 +23,6 @@ from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import (
-    CASES,
     NOISE_SD,
     PRIOR_VARIANCE,
     WARM_AND_COLD,
@@ -50,17 +49,7 @@ def exact_with_fisher(
     return target, prior + fisher / temperature
 
 
-@pytest.mark.parametrize(("temperature", "convention"), CASES)
-@pytest.mark.parametrize("name", ["laplace_dense_ggn", "laplace_dense_hessian"])
-def test_dense_laplace_is_exact(
-    name: str, regression: Regression, temperature: float, convention: str
-) -> None:
-    """Around the mode, the dense GGN and Hessian Laplace covariances are exactly ``Λ⁻¹``."""
-    target = exact(regression[1], regression[2], temperature, convention)
-    posterior = run(name, regression, temperature, convention, target.mean, batch_size=64)
-    assert posterior.var is None and posterior.cov is not None
-    torch.testing.assert_close(posterior.mean, target.mean)
-    torch.testing.assert_close(posterior.cov, target.cov, rtol=1e-10, atol=0)
+# The closed-form check of the dense GGN and Hessian Laplaces is a row of test_closed_form.CLOSED_FORM.
 
 
 @pytest.mark.parametrize(("temperature", "convention"), WARM_AND_COLD)

@@ -223,15 +223,7 @@ def test_sampled_predictive_agrees_with_laplace_torch(name: str) -> None:
     assert float(((ours - mode).abs() / error).max()) > 5
 
 
-@pytest.mark.parametrize(("temperature", "convention"), CASES)
-def test_one_output_linear_regression_is_exact(
-    regression: Regression, temperature: float, convention: str
-) -> None:
-    """For a one-output linear model with a Gaussian likelihood, G ⊗ A = (N/σ²)(XᵀX/N) is
-    the exact GGN: the KFAC GGN Laplace is the exact posterior."""
-    target = exact(regression[1], regression[2], temperature, convention)
-    posterior = run("laplace_kfac_ggn", regression, temperature, convention, target.mean)
-    torch.testing.assert_close(posterior.var, target.marginal_var, rtol=1e-10, atol=1e-14)
+# The closed-form check of laplace_kfac_ggn on a one-output linear model is a row of test_closed_form.CLOSED_FORM.
 
 
 @pytest.mark.parametrize(("temperature", "convention"), CASES)

@@ -1,6 +1,6 @@
-"""The SG-MCMC samplers and the deep ensemble: closed-form posteriors, √T, T = 0, schedules.
+"""The SG-MCMC samplers and the deep ensemble: √T, T = 0, schedules.
 
-``sghmc`` has its own closed-form tests in :mod:`test_closed_form`; the shared machinery
+The closed-form checks of every sampler are rows of :mod:`test_closed_form`; the shared machinery
 (chains, schedules, collection) is exercised here through every sampler.
 """
 
@@ -19,7 +19,7 @@ from bayesflow.methods.base import SamplerScheduleSpec
 from bayesflow.temperature import Tempering
 from tests.engines.helpers import (
     NUM_DATA,
-    WARM_AND_COLD,
+    SAMPLER_CONFIGS,
     Regression,
     exact,
     run,
@@ -27,33 +27,9 @@ from tests.engines.helpers import (
     standard_gaussian,
 )
 
-# Step sizes well inside each scheme's stable range for the regression's per-datum
-# precision (about 1): the step-size bias of the variance is ~2.5% for SGLD
-# (1/(1 − ε/2)), ~1.3% for SGHMC-type schemes and smaller for BAOA (measured), far
-# inside the tolerances below, which are set by the Monte Carlo error.
-CONFIGS: dict[str, dict[str, Any]] = {
-    "sgld": {"lr": 0.05, "epochs": 500, "burn_in": 150, "chains": 128},
-    "sgnht": {"lr": 0.05, "alpha": 2.0, "epochs": 500, "burn_in": 150, "chains": 128},
-    "baoa": {"lr": 0.1, "alpha": 2.0, "epochs": 500, "burn_in": 150, "chains": 128},
-}
+CONFIGS = SAMPLER_CONFIGS
 SAMPLERS = list(CONFIGS)
-
-
-@pytest.mark.parametrize(("temperature", "convention"), WARM_AND_COLD)
-@pytest.mark.parametrize("name", SAMPLERS)
-def test_sampler_recovers_the_posterior(
-    name: str, regression: Regression, temperature: float, convention: str
-) -> None:
-    """The samples have the tempered posterior's mean and marginal variances."""
-    target = exact(regression[1], regression[2], temperature, convention)
-    samples = run(name, regression, temperature, convention, **CONFIGS[name]).samples
-    assert samples is not None and samples.shape == (128 * 350, 3)
-    sd = target.marginal_var.sqrt()
-    assert ((samples.mean(0) - target.mean).abs() / sd).max() < 0.15
-    # 128 chains × 350 draws with autocorrelation times of 20-80 steps leave a Monte
-    # Carlo error of the variance of about 5%; over seeds 0-6 the worst was 12% (sgnht),
-    # and the mean's worst 0.09 sd.
-    torch.testing.assert_close(samples.var(0), target.marginal_var, rtol=0.2, atol=0)
+# The closed-form checks of the samplers are rows of test_closed_form.CLOSED_FORM.
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.25])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bayesflow.engines.fit import fit
+from bayesflow.families import CAUSAL_LM, methods_for
 from bayesflow.llm import build_causal_lm
 from bayesflow.llm.problem import build_lm_problem
 from bayesflow.llm.text import read_csv_column, token_windows
@@ -97,8 +98,15 @@ def test_map_with_adamw_and_sghmc_run_on_a_lora_subset() -> None:
 # language-model subset. The Laplace, EKF and conjugate engines take one gradient or one GGN
 # per example (a window, here S tokens) and are not among them: a language model's Laplace
 # is bayesflow.llm.curvature's token Fisher (test_curvature.py).
-GRADIENT_METHODS = ["map", "mle", "deep_ensemble", "vi_diag", "vi_dense", "sgld", "sghmc", "sgnht",
-                    "baoa", "sgmcmc_wenzel", pytest.param("nuts", marks=pytest.mark.slow)]
+# The list is the family registry's (bayesflow.families.methods_for, from the traits), less
+# the curvature methods (test_curvature.py, test_kfac_method.py) and ``base``, which keeps the
+# model's own weights and so has nothing to move.
+GRADIENT_METHODS = [
+    pytest.param(name, marks=pytest.mark.slow) if name == "nuts" else name
+    for name in methods_for(CAUSAL_LM)
+    if METHODS.get(name).traits.curvature is None and name != "base"
+]
+assert len(GRADIENT_METHODS) >= 10, GRADIENT_METHODS
 
 
 @pytest.mark.parametrize("subset", ["lora", "last_layer"])
