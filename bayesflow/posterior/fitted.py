@@ -59,6 +59,9 @@ class FittedPosterior:
         param_names: the tensors a flat parameter vector is made of, in order.
         param_shapes: their shapes as ``posterior.npz`` writes them (``"8x64"``).
         device: where the network's parameters live.
+        noise_sd: the observation noise sd the fit chose by the evidence (``noise_sd: auto``,
+            the run's ``noise_sd_chosen``), which the predictive adds instead of the spec's
+            ``likelihood.noise_sd``; None where the fit kept the spec's.
     """
 
     posterior: Posterior
@@ -68,6 +71,7 @@ class FittedPosterior:
     param_shapes: tuple[str, ...] = ()
     device: str = "cpu"
     base_dir: Path | None = None  # a causal_lm's `model.path` is relative to it
+    noise_sd: float | None = None
     _built: tuple[Problem, Likelihood, nn.Module] | None = field(
         default=None, init=False, repr=False
     )
@@ -103,13 +107,21 @@ class FittedPosterior:
         names = tuple(str(name) for name in arrays.get("param_names", ()))
         shapes = tuple(str(shape) for shape in arrays.get("param_shapes", ()))
         folder = Path(base_dir or Path(spec_file).parent)
-        return cls(Posterior.from_arrays(arrays), spec, cell, names, shapes, device, folder)
+        # The fit's chosen noise: posterior.npz's `noise_sd`, else (a posterior saved before
+        # the file carried it) the run's `noise_sd_chosen` metric, which `cell` may hold.
+        noise = arrays.get("noise_sd", cell.get("noise_sd_chosen"))
+        return cls(Posterior.from_arrays(arrays), spec, cell, names, shapes, device, folder,
+                   None if noise is None else float(noise))
 
     def _build(self) -> tuple[Problem, Likelihood, nn.Module]:
         """The network and flat-parameter problem, as the fit stage built them, checked
         against the tensors the posterior holds."""
         if self._built is None:
             built = _build_problem(self.spec, self.cell, self.device, self.base_dir)
+            if self.noise_sd is not None:  # the predictive of the noise the fit chose
+                from dataclasses import replace
+
+                built = (built[0], replace(built[1], noise_sd=self.noise_sd), built[2])
             problem = built[0]
             tensors = [
                 f"{name}: {'x'.join(map(str, shape)) or 'scalar'}"

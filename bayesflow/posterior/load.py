@@ -107,6 +107,8 @@ def _from_run(run_id: str, tracking_uri: str | None, device: str) -> FittedPoste
     record = _fit_record(tracker, run_id)
     cell = cell_of(record.params)
     cell["run_id"] = run_id
+    if "noise_sd_chosen" in record.metrics:  # `noise_sd: auto`: the noise the fit chose
+        cell["noise_sd_chosen"] = float(record.metrics["noise_sd_chosen"])
     with tempfile.TemporaryDirectory() as folder:
         try:
             posterior = tracker.download_artifact(run_id, f"posterior/{POSTERIOR_FILE}", folder)

@@ -111,7 +111,7 @@ def _fit(
         )
     posterior = result.posterior if embed is None else embed(result.posterior)
     path = staging / POSTERIOR_FILE
-    np.savez(path, **posterior.to_arrays(full_problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
+    np.savez(path, **posterior_arrays(posterior, full_problem, evidence))  # type: ignore[arg-type]  # numpy stubs: **arrays
     return FitArtefact(
         path, seconds, int(result.steps), [float(value) for value in result.history], traces,
         diagnostics, evidence=evidence,
@@ -165,11 +165,22 @@ def _rescaled_laplace(
         fitted = mode_fit(problem, params, *context.training_data(problem.device), getattr(config, "batch_size", None))
     posterior, evidence = laplace_evidence(context, stage, problem, tempering, state, fitted)
     path = staging / POSTERIOR_FILE
-    np.savez(path, **posterior.to_arrays(problem))  # type: ignore[arg-type]  # numpy stubs: **arrays
+    np.savez(path, **posterior_arrays(posterior, problem, evidence))  # type: ignore[arg-type]  # numpy stubs: **arrays
     return FitArtefact(
         path, time.perf_counter() - began, 0, shared_curvature_seconds=source.fit_seconds,
         evidence=evidence,
     )
+
+
+def posterior_arrays(posterior: Any, problem: Any, evidence: dict[str, float]) -> dict[str, np.ndarray]:
+    """The ``posterior.npz`` arrays of a fit: the posterior's, plus with ``noise_sd: auto``
+    the evidence-chosen noise sd as the scalar ``noise_sd``, which its predictive uses
+    (:class:`bayesflow.posterior.FittedPosterior`, the pyfunc model) instead of the spec's."""
+    arrays = posterior.to_arrays(problem)
+    noise = evidence.get("noise_sd_chosen")
+    if noise is not None:
+        arrays["noise_sd"] = np.asarray(float(noise), dtype=np.float64)
+    return arrays
 
 
 def laplace_evidence(
