@@ -50,25 +50,15 @@ def language_model_problem(
         shared: read the process's one frozen model (False: a model of its own, as a saved
             posterior folder gets).
     """
-    from bayesflow.likelihoods import Likelihood
     from bayesflow.llm import build_causal_lm, shared_causal_lm
+    from bayesflow.llm.likelihood import NextToken
     from bayesflow.llm.problem import build_lm_problem
 
+    likelihood = NextToken()
     network, names = (shared_causal_lm if shared else build_causal_lm)(model, base_dir)
     network.to(device)
-    problem = build_lm_problem(network, names, prior, 1, scored, device)
-    if train_targets is not None:  # N: the scored tokens, as the likelihood counts them
-        problem = _with_data_points(problem, train_targets)
-    likelihood = problem.observation
-    assert isinstance(likelihood, Likelihood)
-    return problem, likelihood
-
-
-def _with_data_points(problem: Problem, targets: Any) -> Problem:
-    from dataclasses import replace
-
-    assert problem.observation is not None
-    return replace(problem, num_data=problem.observation.data_points(targets))
+    num_data = 1 if train_targets is None else likelihood.data_points(train_targets)
+    return build_lm_problem(network, names, prior, num_data, scored, device), likelihood
 
 
 def language_model_with(problem: Problem, params: Any) -> nn.Module:
