@@ -300,6 +300,22 @@ def test_ui_refuses_a_busy_port(workdir: Path) -> None:
     assert not (workdir / "mlflow.db").exists()
 
 
+def test_ui_opens_on_the_runs_table_of_the_latest_experiment(workdir: Path) -> None:
+    """The address `ui` prints is the runs table of the experiment that logged last (MLflow 3
+    opens on its GenAI home otherwise); an empty folder gets the experiment list and no store."""
+    import mlflow
+
+    from bayesflow.cli.store import runs_page
+
+    assert runs_page("sqlite:///mlflow.db") == "#/experiments?workflowType=machine_learning"
+    assert not (workdir / "mlflow.db").exists()
+    client = mlflow.MlflowClient("sqlite:///mlflow.db")
+    first, latest = client.create_experiment("first"), client.create_experiment("latest")
+    client.set_terminated(client.create_run(first, start_time=1_000).info.run_id)
+    client.set_terminated(client.create_run(latest, start_time=2_000).info.run_id)
+    assert runs_page("sqlite:///mlflow.db") == f"#/experiments/{latest}/runs?workflowType=machine_learning"
+
+
 def test_ui_refuses_a_port_out_of_range() -> None:
     """A port above 65535 is a usage error (exit 2)."""
     assert invoke("ui", "--port", "70000").exit_code == 2

@@ -79,6 +79,30 @@ def _served_uri(tracking_uri: str | None) -> str:
     return sqlite_uri(database.relative_to(Path.cwd().resolve()))
 
 
+def runs_page(uri: str) -> str:
+    """The UI page of the runs table of the experiment whose run started last (where a
+    ``bayesflow run`` just logged), or the experiments list of an empty store. MLflow 3's
+    UI opens on its GenAI home page unless the address asks for model training."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from bayesflow.tracking.uri import sqlite_database
+
+    page = "?workflowType=machine_learning"
+    database = sqlite_database(uri)
+    if database is not None and not database.is_file():  # nothing to show; create nothing
+        return f"#/experiments{page}"
+    try:
+        client = MlflowClient(uri)
+        experiments = [experiment.experiment_id for experiment in client.search_experiments()]
+        runs = client.search_runs(experiments, max_results=1, order_by=["attributes.start_time DESC"])
+    except (MlflowException, OSError):  # the server will say what is wrong with the store
+        return f"#/experiments{page}"
+    if not runs:
+        return f"#/experiments{page}"
+    return f"#/experiments/{runs[0].info.experiment_id}/runs{page}"
+
+
 @app.command()
 @guarded
 def ui(
@@ -93,11 +117,7 @@ def ui(
     uri = _served_uri(tracking_uri)
     _check_port(host, port)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    # MLflow 3's UI opens on its GenAI pages unless the address asks for model training.
-    console.print(
-        f"MLflow UI on {uri} at http://{shown}:{port}/#/experiments?workflowType=machine_learning",
-        highlight=False,
-    )
+    console.print(f"MLflow UI on {uri} at http://{shown}:{port}/{runs_page(uri)}", highlight=False)
     command = [
         sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
         "--host", host, "--port", str(port),
