@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from bayesflow.families import CAUSAL_LM, methods_for
 from bayesflow.methods.registry import METHODS, methods_with_curvature
 
-__all__ = ["LM_CURVATURES", "language_model_methods", "language_model_problems", "refusal"]
+__all__ = ["LM_CURVATURES", "language_model_problems", "refusal"]
 
 Problem = tuple[tuple[str, ...], str]
 
@@ -45,11 +46,6 @@ def refusal(traits: Any) -> str | None:
     return None
 
 
-def language_model_methods() -> list[str]:
-    """The engines that run on a causal language model, by name."""
-    return [method.name for method in METHODS if refusal(method.traits) is None]
-
-
 def _name(data: dict[str, Any], block: str) -> Any:
     section = data.get(block)
     return section.get("name") if isinstance(section, dict) else None
@@ -76,7 +72,7 @@ def language_model_problems(data: Any) -> list[Problem]:
     problems += _evaluate_problems(data)
     methods = data.get("methods")
     if isinstance(methods, dict):
-        runs = ", ".join(language_model_methods())
+        runs = ", ".join(methods_for(CAUSAL_LM))
         for name, method in methods.items():
             engine = method.get("engine") if isinstance(method, dict) else None
             reason = refusal(METHODS.get(engine).traits) if isinstance(engine, str) and engine in METHODS else None
