@@ -79,7 +79,7 @@ mlflow.models.set_model(TextPosteriorModel())
 def portable_spec(text: str, base_dir: Path | None) -> str:
     """The resolved spec with a relative ``model.path`` made absolute (from ``base_dir``,
     default the working directory), so that the model loads from any folder."""
-    from bayesflow.llm.product import absolute_path
+    from bayesflow.llm.family import absolute_path
 
     mapping = yaml.safe_load(text)
     path = mapping.get("model", {}).get("path")
@@ -112,7 +112,7 @@ def log_text_model(
         The model's URI (``runs:/<run id>/model``), or None for an in-memory store.
     """
     from bayesflow.data.text import encode_documents
-    from bayesflow.llm.product import REFERENCE, base_model_text
+    from bayesflow.llm.family import REFERENCE, base_model_text
 
     if tracking_uri.startswith("memory:"):
         return None
