@@ -28,7 +28,7 @@ def gaussian_nll(mean: np.ndarray, variance: np.ndarray, targets: np.ndarray) ->
 
 def test_loaded_posterior_predicts_with_the_chosen_noise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`load_posterior(run).predict(x_test)` adds σ*², not the spec's σ²: in closed form
-    (`linearized_probit`, exact for a linear model) its variance is x̃Σx̃ᵀ + σ*² and its NLL
+    (`closed_form`, exact for a linear model) its variance is x̃Σx̃ᵀ + σ*² and its NLL
     the run's logged `test_nll`; sampled, its Gaussian NLL is the logged mixture's within
     Monte Carlo error; the pyfunc model's `sd` is the same predictive's."""
     import mlflow.pyfunc
@@ -40,7 +40,7 @@ def test_loaded_posterior_predicts_with_the_chosen_noise(tmp_path: Path, monkeyp
     spec = yaml.safe_load(REGRESSION)
     spec["likelihood"]["noise_sd"] = SPEC_NOISE
     auto = spec["methods"]["laplace_auto"]
-    spec["methods"]["laplace_probit"] = {**auto, "prediction": "linearized_probit"}
+    spec["methods"]["laplace_probit"] = {**auto, "prediction": "closed_form"}
     spec.update({
         "temperatures": [1.0], "evaluate": {"n_samples": 2000},
         "execution": {"cache_dir": str(tmp_path / "cache")},
@@ -60,7 +60,7 @@ def test_loaded_posterior_predicts_with_the_chosen_noise(tmp_path: Path, monkeyp
     noise = float(frame.loc["laplace_probit", "noise_sd_chosen"])
     assert abs(noise - SPEC_NOISE) > 0.1
     posterior = load_posterior(run, tracking_uri=uri)
-    assert posterior.prediction == "linearized_probit"
+    assert posterior.prediction == "closed_form"
     prediction = posterior.predict(x)
     assert isinstance(prediction, RegressionPrediction)
     assert posterior.posterior.cov is not None

@@ -305,11 +305,11 @@ def test_regression_predictive_is_the_closed_form(tmp_path: Path) -> None:
 
 
 def test_closed_form_prediction_is_exact(tmp_path: Path) -> None:
-    """Under `prediction: linearized_probit` a Gaussian regression predicts N(f, J Σ Jᵀ + σ²)
+    """Under `prediction: closed_form` a Gaussian regression predicts N(f, J Σ Jᵀ + σ²)
     with no sampling: exactly mean·[x, 1] and Σ var·[x, 1]² + σ²."""
-    mean, var = regression_folder(tmp_path, "linearized_probit")
+    mean, var = regression_folder(tmp_path, "closed_form")
     posterior = load_posterior(tmp_path)
-    assert posterior.prediction == "linearized_probit"
+    assert posterior.prediction == "closed_form"
     x = np.array([[0.0, 0.0], [1.0, 2.0], [-3.0, 1.0]], dtype=np.float32)
     prediction = posterior.predict(x)
     design = np.hstack([x, np.ones((3, 1), dtype=np.float32)])

@@ -36,6 +36,7 @@ from bayesflow.dag.reference import reference_cell
 from bayesflow.errors import SpecError
 from bayesflow.methods.registry import traits_of
 from bayesflow.spec.models import LABEL_DIGITS, WorkflowSpec, temperature_label
+from bayesflow.spec.prediction import former_name
 
 __all__ = [
     "Plan",
@@ -53,6 +54,16 @@ RESULTS_VERSION = "1"
 def _hash(payload: Any) -> str:
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _keyed(settings: dict[str, Any]) -> dict[str, Any]:
+    """A method's or ``evaluate``'s settings as their keys hash them: ``prediction:
+    closed_form`` under its former name ``linearized_probit``
+    (:func:`~bayesflow.spec.prediction.former_name`), so that the rename kept the keys of
+    the specs written before it."""
+    if "prediction" not in settings:
+        return settings
+    return {**settings, "prediction": former_name(settings["prediction"])}
 
 
 def format_temperature(temperature: float | None) -> str:
@@ -239,7 +250,7 @@ def plan_cells(
         ]
         payload = {
             **base,
-            "method": config.model_dump(mode="json", by_alias=True),
+            "method": _keyed(config.model_dump(mode="json", by_alias=True)),
             "cells": cells,
             "vectorized": True,
         }
@@ -260,7 +271,7 @@ def plan_cells(
             group = group_stage(method)
             payload = {
                 **base,
-                "method": config.model_dump(mode="json", by_alias=True),
+                "method": _keyed(config.model_dump(mode="json", by_alias=True)),
                 "temperature": temperature,
                 "seed": seed,
                 "inputs": [group.key],
@@ -282,7 +293,7 @@ def plan_cells(
                 inputs, source_keys = (curvature.name,), [curvature.key]
         payload = {
             **base,
-            "method": config.model_dump(mode="json", by_alias=True),
+            "method": _keyed(config.model_dump(mode="json", by_alias=True)),
             "temperature": temperature,
             "seed": seed,
             "inputs": source_keys,
@@ -341,7 +352,7 @@ def plan_cells(
 
     # Unset optional evaluations (ksd, reference) are left out of the key, so adding them
     # to the spec language kept the keys of earlier runs' evaluations.
-    evaluate_config = spec.evaluate.model_dump(mode="json", exclude_none=True)
+    evaluate_config = _keyed(spec.evaluate.model_dump(mode="json", exclude_none=True))
     for method in spec.methods:
         shared = _shares_temperature(spec, method)
         temperatures: list[float | None] = [None] if shared else list(spec.temperatures)

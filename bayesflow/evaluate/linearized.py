@@ -5,7 +5,7 @@ linearised network's outputs. From it:
 
 - ``linearized_mc``: :func:`linearized_outputs_of` draws outputs from that law, and the
   evaluation proceeds as for any (S, n, k) outputs (every metric, the decomposition);
-- ``linearized_probit``: :func:`closed_form_scores` gives the metrics of a closed-form
+- ``closed_form``: :func:`closed_form_scores` gives the metrics of a closed-form
   predictive. Classification: the probit probabilities, hence ``test_nll``,
   ``test_accuracy``, ``test_ece``, ``test_brier`` and the total uncertainty
   TU = H[p̄(y|x)]; there are no per-sample probabilities, so no ``_single`` metrics and no
@@ -35,13 +35,17 @@ from bayesflow.evaluate import metrics
 from bayesflow.evaluate.conventions import describe
 from bayesflow.evaluate.uncertainty import entropy, ood_auroc
 
-__all__ = ["PROBIT_CONVENTION", "closed_form_scores", "linearized_outputs_of"]
+__all__ = ["CLOSED_FORM_CONVENTIONS", "closed_form_scores", "linearized_outputs_of"]
 
-PROBIT_CONVENTION = (
-    "probit approximation of the linearised predictive: softmax(f / sqrt(1 + pi/8 "
-    "diag(J Sigma J^T))) (one logit: sigmoid); no per-sample probabilities, so no _single "
-    "metrics and no aleatoric/epistemic split; regression: exact N(f, J Sigma J^T + noise_sd^2)"
-)
+CLOSED_FORM_CONVENTIONS = {
+    "classification": (
+        "closed form: probit approximation of the linearised predictive, softmax(f / sqrt(1 "
+        "+ pi/8 diag(J Sigma J^T))) (one logit: sigmoid); no per-sample probabilities, so no "
+        "_single metrics and no aleatoric/epistemic split"
+    ),
+    "regression": "closed form: the exact linearised predictive N(f, J Sigma J^T + noise_sd^2)",
+}
+"""The ``predictive`` convention of the ``closed_form`` predictive, per task."""
 
 
 def linearized_outputs_of(
@@ -73,7 +77,7 @@ def closed_form_scores(
     coverage_levels: Sequence[float],
     x_ood: Tensor | None = None,
 ) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, str]]:
-    """The metrics, per-point arrays and conventions of the ``linearized_probit`` predictive.
+    """The metrics, per-point arrays and conventions of the ``closed_form`` predictive.
 
     The moments of the test and OOD points come from one chunked pass
     (:func:`~bayesflow.engines.linearized.functional_moments`).
@@ -95,7 +99,7 @@ def closed_form_scores(
         scores, arrays = _gaussian_scores(
             mean, epistemic, y_test, likelihood.noise_sd, coverage_levels, count
         )
-    conventions = {**describe(scores, ece_bins, ece_binning), "predictive": PROBIT_CONVENTION}
+    conventions = {**describe(scores, ece_bins, ece_binning), "predictive": CLOSED_FORM_CONVENTIONS[likelihood.task]}
     return scores, arrays, conventions
 
 

@@ -3,7 +3,7 @@
 :func:`evaluate_full` draws the posterior samples once, pushes the test inputs and any
 OOD inputs through them in one call (:func:`posterior_outputs`, see :data:`PREDICTIONS`),
 and computes every predictive metric, the per-point uncertainty decomposition and the
-OOD AUROCs from those outputs (``linearized_probit``: in closed form, without samples;
+OOD AUROCs from those outputs (``closed_form``: without samples;
 :mod:`bayesflow.evaluate.linearized`). It returns an :class:`Evaluation` whose ``metrics``
 a run logs and whose ``arrays`` a stage saves as one ``.npz``; :func:`evaluate` returns
 only the metrics. :func:`evaluate_classification` and :func:`evaluate_regression` are the
@@ -30,6 +30,7 @@ from bayesflow.evaluate.conventions import describe
 from bayesflow.evaluate.linearized import closed_form_scores, linearized_outputs_of
 from bayesflow.evaluate.uncertainty import decompose_uncertainty, ood_auroc
 from bayesflow.likelihoods import Likelihood
+from bayesflow.spec.prediction import CLOSED_FORM, PREDICTIONS, current_name
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -50,9 +51,6 @@ __all__ = [
 # 25 MB of outputs, small next to the activations of the models the workflows use.
 DEFAULT_CHUNK = 64
 
-# How a posterior predicts: through the network, or through it linearised around the mean
-# (Immer et al. 2021) with sampled parameters, in closed form (probit) or sampled outputs.
-PREDICTIONS: tuple[str, ...] = ("sampled", "linearized", "linearized_probit", "linearized_mc")
 
 
 def _chunks(samples: Tensor, chunk: int) -> list[Tensor]:
@@ -305,9 +303,10 @@ def posterior_outputs(
         n_samples: S (a point estimate uses its one vector, see :func:`draw_samples`).
         generator: the random generator the draw uses.
         prediction: ``"sampled"`` (through the network), else through the network
-            linearised at the mean (Gaussians only; ``linearized_probit`` samples as ``_mc``).
+            linearised at the mean (Gaussians only; ``closed_form`` samples as ``_mc``).
         chunk: how many samples one ``vmap`` call evaluates.
     """
+    prediction = current_name(prediction)  # linearized_probit reads as closed_form
     if prediction not in PREDICTIONS:
         raise ValueError(f"prediction must be one of {list(PREDICTIONS)}, got {prediction!r}")
     if prediction != "sampled" and not _is_point_estimate(posterior):
@@ -345,7 +344,7 @@ def evaluate_full(
         ece_bins, ece_binning: the ECE's bins (classification only).
         coverage_levels: central predictive interval levels (regression only).
         x_ood: optional OOD inputs for the OOD AUROCs, through the samples of ``x_test``.
-        prediction: one of :data:`PREDICTIONS` (``linearized_probit``: in closed form).
+        prediction: one of :data:`PREDICTIONS` (``closed_form``: without samples).
         chunk: how many samples one ``vmap`` call evaluates.
 
     Returns:
@@ -359,7 +358,7 @@ def evaluate_full(
     if likelihood.task not in ("classification", "regression"):
         raise ValueError(f"likelihood {likelihood.name!r} has task {likelihood.task!r}; "
                          "expected 'classification' or 'regression'")
-    if prediction == "linearized_probit" and not _is_point_estimate(posterior):
+    if current_name(prediction) == CLOSED_FORM and not _is_point_estimate(posterior):
         return Evaluation(*closed_form_scores(
             problem, likelihood, posterior, x_test, y_test, ece_bins=ece_bins,
             ece_binning=ece_binning, coverage_levels=coverage_levels, x_ood=x_ood))

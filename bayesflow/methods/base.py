@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from bayesflow.spec.prediction import PREDICTION_DESCRIPTION, Prediction
 from bayesflow.spec.strict import Strict
 
 __all__ = [
@@ -187,22 +188,6 @@ class MethodBase(Strict):
         "Null infers every parameter.",
     )
 
-
-
-Prediction = Literal["sampled", "linearized", "linearized_probit", "linearized_mc"]
-PREDICTION_DESCRIPTION = (
-    "How the evaluate stage forms the predictive: `sampled` pushes parameter samples "
-    "through the network; `linearized` pushes them through the network linearised "
-    "around the mean (the GLM predictive of Immer et al., 2021). The other two use the "
-    "linearised network's outputs in closed form, N(f(x, mean), J Sigma J^T) per test "
-    "point, computed in chunks of test points within the memory budget "
-    "(BAYESFLOW_MEMORY_LIMIT): `linearized_probit` gives classification probabilities by "
-    "the probit approximation softmax(f / sqrt(1 + pi/8 diag(J Sigma J^T))) (no per-sample "
-    "probabilities: no `_single` metrics, only the total uncertainty) and a Gaussian "
-    "likelihood the exact N(f, J Sigma J^T + noise_sd^2); `linearized_mc` draws "
-    "`evaluate.n_samples` outputs from that Gaussian (Monte Carlo over the logits; the law "
-    "of `linearized`, without a network pass per sample)."
-)
 
 
 Minibatches = Literal["independent", "shared"]

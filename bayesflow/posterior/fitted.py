@@ -17,6 +17,7 @@ import numpy as np
 
 from bayesflow.families import family_of
 from bayesflow.posterior.files import PosteriorError, cell_sizes, read_spec
+from bayesflow.spec.prediction import CLOSED_FORM
 from bayesflow.stages.evaluate import PREDICTIVE_SEED_OFFSET
 
 if TYPE_CHECKING:
@@ -185,7 +186,8 @@ class FittedPosterior:
 
     @property
     def prediction(self) -> str:
-        """``sampled`` or a ``linearized`` variant: how the evaluate stage predicted (the
+        """``sampled`` or a predictive of the linearised network (``linearized``,
+        ``closed_form``, ``linearized_mc``): how the evaluate stage predicted (the
         method's ``prediction`` unless ``sampled``, else ``evaluate.prediction``; Gaussians only)."""
         if self.kind != "gaussian":
             return "sampled"
@@ -260,7 +262,7 @@ class FittedPosterior:
         count = int(n_samples or self.spec.evaluate.n_samples)
         inputs = self._inputs(x)
         generator = torch.Generator(device=problem.device).manual_seed(int(seed))
-        if self.prediction == "linearized_probit" and bool(self.posterior.var is None or self.posterior.var.any()):
+        if self.prediction == CLOSED_FORM and bool(self.posterior.var is None or self.posterior.var.any()):
             return _closed_form_prediction(problem, likelihood, self.posterior, inputs)
         outputs = posterior_outputs(
             problem, self.posterior, inputs, count, generator, self.prediction
@@ -385,7 +387,7 @@ def _build_problem(
 
 
 def _closed_form_prediction(problem: Any, likelihood: Any, posterior: Any, inputs: Any) -> Any:
-    """``prediction: linearized_probit``: the probit probabilities (classification), or the
+    """``prediction: closed_form``: the probit probabilities (classification), or the
     linearised network's N(f_mean, f_var + σ²) (Gaussian regression), float64."""
     from bayesflow.engines.linearized import functional_moments, probit_probabilities
 

@@ -7,8 +7,11 @@ with ``prior_variance: auto`` also logs ``log_evidence_spec_prior``,
 ``prior_variance_chosen`` and, with ``noise_sd: auto``, ``noise_sd_chosen``. The table
 here puts, per Laplace method, the evidence at the spec's prior, the chosen variance and
 its evidence, next to the test NLL at T = 1 (the Bayes posterior of that prior) and at
-the method's best temperature. Method names in the text are code spans
-(:func:`bayesflow.report.sections.code`); the table is escaped when styled.
+the method's best temperature, chosen as the best-temperature table chooses it
+(:func:`bayesflow.report.tables.best_temperatures`: on the validation NLL when the fits
+logged one, else on the test NLL, an optimistic choice the table says it is). Method
+names in the text are code spans (:func:`bayesflow.report.sections.code`); the table is
+escaped when styled.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bayesflow.report.sections import code
-from bayesflow.report.tables import FINISHED
+from bayesflow.report.tables import CHOSEN_ON, FINISHED, best_temperatures, selection_metric
 
 __all__ = ["evidence_section", "evidence_table"]
 
@@ -26,7 +29,7 @@ CHOSEN_PRIOR = "log evidence, chosen prior"
 VARIANCE = "chosen prior variance"
 NOISE = "chosen noise sd"
 AT_ONE = "test NLL at T = 1"
-BEST_T = "best T (test NLL)"
+BEST_T = "best T"
 AT_BEST = "test NLL at best T"
 
 
@@ -69,30 +72,21 @@ def _untempered(rows: pd.DataFrame) -> pd.DataFrame:
     return at_one if not at_one.empty else rows
 
 
-def _best(rows: pd.DataFrame, metric: str) -> tuple[float | None, pd.Series]:
-    """The temperature of lowest mean ``metric`` over seeds and that metric's values there."""
-    if metric not in rows.columns:
-        return None, pd.Series(dtype=float)
-    values = rows.assign(**{metric: pd.to_numeric(rows[metric], errors="coerce")})
-    means = values.groupby("temperature")[metric].mean().dropna()
-    if means.empty:
-        return None, pd.Series(dtype=float)
-    best = float(means.idxmin())
-    return best, values.loc[values["temperature"] == best, metric]
-
-
 def evidence_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:
     """One row per Laplace method that logged an evidence (mean ± sd over seeds).
 
     Returns:
         Columns ``method``, ``prior`` (``spec`` or ``evidence``), :data:`SPEC_PRIOR`,
         :data:`VARIANCE`, :data:`NOISE` (when a fit chose one), :data:`CHOSEN_PRIOR`,
-        :data:`AT_ONE`, :data:`BEST_T`, :data:`AT_BEST`; empty without such methods.
+        :data:`AT_ONE`, :data:`BEST_T`, :data:`~bayesflow.report.tables.CHOSEN_ON`
+        (``validation`` or ``test``: which rows chose the best temperature), :data:`AT_BEST`;
+        empty without such methods.
     """
     rows = _laplace_rows(frame)
     noise = "noise_sd_chosen" in rows.columns and rows["noise_sd_chosen"].notna().any()
     columns = ["method", "prior", SPEC_PRIOR, VARIANCE, *([NOISE] if noise else []), CHOSEN_PRIOR,
-               AT_ONE, BEST_T, AT_BEST]
+               AT_ONE, BEST_T, CHOSEN_ON, AT_BEST]
+    best = best_temperatures(rows, metric)
     table = []
     for method, group in rows.groupby("method", sort=False):
         untempered = _untempered(group)
@@ -105,9 +99,10 @@ def evidence_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFram
         row[CHOSEN_PRIOR] = _number(untempered["log_evidence"]) if chosen else "—"
         at_one = group.loc[np.isclose(pd.to_numeric(group["temperature"], errors="coerce"), 1.0)]
         row[AT_ONE] = _number(at_one[metric]) if metric in group.columns else "—"
-        best, values = _best(group, metric)
-        row[BEST_T] = "—" if best is None else f"{best:g}"
-        row[AT_BEST] = _number(values)
+        at, chosen, there = best.get(method, (None, metric, group.iloc[:0]))
+        row[BEST_T] = "—" if at is None else f"{at:g}"
+        row[CHOSEN_ON] = "—" if at is None else "validation" if chosen == selection_metric(metric) else "test"
+        row[AT_BEST] = _number(there[metric]) if at is not None else "—"
         table.append(row)
     return pd.DataFrame(table, columns=columns)
 
@@ -127,7 +122,7 @@ def evidence_section(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
         "evidence at its mode, found under the spec's prior; its T = 1 is the Bayes posterior "
         "under the chosen prior. If the cold posterior effect comes from a poor prior, the "
         "evidence-chosen posterior at T = 1 should predict about as well as the spec prior's "
-        "best temperature. The best temperature is chosen on the test NLL it reports."
+        "best temperature. " + _chosen_on(table)
     )
     rows = _laplace_rows(frame)
     engines = rows.groupby("method", sort=False)["engine"].first()
@@ -141,8 +136,22 @@ def evidence_section(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
             sentences.append(
                 f"{code(record['method'])} at T = 1 (prior variance {record[VARIANCE]}): test NLL "
                 f"{record[AT_ONE]}; {code(peer['method'])} (the spec's prior) at its best T = "
-                f"{peer[BEST_T]}: {peer[AT_BEST]}, and at T = 1: {peer[AT_ONE]}."
+                f"{peer[BEST_T]} (chosen on {peer[CHOSEN_ON]}): {peer[AT_BEST]}, and at T = 1: "
+                f"{peer[AT_ONE]}."
             )
     if sentences:
         text += "\n\n" + "\n".join(f"- {sentence}" for sentence in sentences)
     return text, table
+
+
+def _chosen_on(table: pd.DataFrame) -> str:
+    """The sentence saying which rows chose the best temperatures of ``table``."""
+    on = set(table[CHOSEN_ON]) - {"—"}
+    if on == {"validation"}:
+        return ("The best temperature is the one of lowest mean **validation** NLL (rows held "
+                "out of training, `val_nll`), as in the best-temperature table: the test rows "
+                "took no part in the choice.")
+    return ("The best temperature is the one of lowest mean NLL, as in the best-temperature "
+            "table; `chosen on` says which rows chose it: where it reads *test*, it was chosen "
+            "on the test NLL it reports, an optimistic number (set `data.validation_fraction` "
+            "to choose on rows held out of training).")

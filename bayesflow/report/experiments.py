@@ -77,7 +77,7 @@ def uncertainty_frame(
             pieces.append(pd.DataFrame({
                 "method": row["method"], "temperature": row["temperature"], "seed": row["seed"],
                 key: row[key], "inputs": inputs,
-                # A closed-form predictive (`linearized_probit`) has no per-sample
+                # A closed-form predictive (`closed_form`) has no per-sample
                 # probabilities, so only TU: its AU and EU are missing (NaN).
                 **{kind: arrays.get(f"{prefix}uncertainty_{kind}",
                                     np.full(len(arrays[f"{prefix}uncertainty_total"]), np.nan))

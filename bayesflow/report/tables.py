@@ -38,6 +38,7 @@ __all__ = [
     "MARK",
     "best_cells",
     "best_temperature_table",
+    "best_temperatures",
     "best_variants",
     "failed_cells",
     "flag_columns",
@@ -235,6 +236,21 @@ def best_cells(frame: pd.DataFrame, metric: str = "test_nll") -> pd.DataFrame:
     keyed = ["variant"] if variants(frame) else []
     index = [i for _, _, cell, _, _ in _best(values, keyed, metric) for i in cell.index]
     return frame.loc[index]
+
+
+def best_temperatures(
+    frame: pd.DataFrame, metric: str = "test_nll"
+) -> dict[Any, tuple[float | None, str, pd.DataFrame]]:
+    """Per method, over all its rows (variants are not told apart): the temperature
+    :func:`best_temperature_table` would choose (validation ``metric`` when the method's
+    fits logged it, else ``metric`` itself; None when none finished), the column that
+    chose it, and the finished rows there. For another table that names a best
+    temperature (the evidence table), so that every "best" of the report is one choice."""
+    if metric not in frame.columns:
+        return {}
+    values = _numeric(frame, [metric, selection_metric(metric)])
+    return {key[0]: (best, chosen, frame.loc[done.index])
+            for key, best, _, done, chosen in _best(values, [], metric)}
 
 
 def best_variants(frame: pd.DataFrame, metric: str = "test_nll") -> dict[str, tuple[str, str]]:

@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from bayesflow.spec.prediction import Prediction
 from bayesflow.spec.statements import StatementsSpec
 from bayesflow.spec.strict import Strict
 
@@ -154,13 +155,16 @@ class EvaluateSpec(Strict):
         [0.5, 0.9, 0.95],
         description="Regression: central predictive interval levels whose coverage is reported.",
     )
-    prediction: Literal["sampled", "linearized", "linearized_probit", "linearized_mc"] = Field(
+    prediction: Prediction = Field(
         "sampled",
         description="Gaussian posteriors (Laplace, VI): predict with sampled parameters, or "
         "with the model linearised around the mean (the GLM predictive: `linearized` with "
-        "sampled parameters, `linearized_probit` in closed form, `linearized_mc` with "
-        "sampled outputs; see a Laplace method's `prediction`). A method's own `prediction` "
-        "other than `sampled` wins. Sample-based posteriors always use their samples.",
+        "sampled parameters, so it samples too; `closed_form` without samples, the probit "
+        "approximation for classification and the exact Gaussian N(f, J Sigma J^T + "
+        "noise_sd^2) for a Gaussian regression; `linearized_mc` with sampled outputs; see a "
+        "Laplace method's `prediction`). A method's own `prediction` other than `sampled` "
+        "wins. Sample-based posteriors always use their samples. `linearized_probit` is the "
+        "former name of `closed_form`, still accepted and read as it.",
     )
     prior_predictive: bool = Field(
         False,

@@ -130,7 +130,7 @@ def chosen_noise(likelihood: Any, fitted: FitArtefact) -> Any:
 
 def prediction_of(context: WorkflowContext, stage: Stage, posterior: Any) -> str:
     """For a Gaussian posterior, the method's ``prediction`` unless ``sampled``, else
-    ``evaluate.prediction`` (``linearized``, ``linearized_probit`` and ``linearized_mc`` as
+    ``evaluate.prediction`` (``linearized``, ``closed_form`` and ``linearized_mc`` as
     well as ``sampled``); samples are always used as they are."""
     if posterior.kind != "gaussian":
         return "sampled"

@@ -3,7 +3,7 @@
     python -m benchmarks.studies.linearized                          # this tree, every prediction
     python -m benchmarks.studies.linearized --code /work/main --predictions linearized   # before
     python -m benchmarks.studies.linearized --test 2000 --peer       # + laplace-torch, reduced scale
-    python -m benchmarks.studies.linearized --one linearized_probit --progress 60   # one, in this process
+    python -m benchmarks.studies.linearized --one closed_form --progress 60   # one, in this process
 
 The problem is the paper's IMDB CNN-LSTM (vocabulary 20,000, embedding 128, 64 filters,
 LSTM 128, 100 tokens, two classes under a categorical likelihood: d = 2,671,234) with a
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--code", type=Path, default=ROOT, help="the bayesflow tree to measure")
     parser.add_argument("--test", type=int, default=PAPER_TEST, help="test reviews")
     parser.add_argument("--predictions", nargs="+",
-                        default=["linearized", "linearized_probit", "linearized_mc"])
+                        default=["linearized", "closed_form", "linearized_mc"])
     parser.add_argument("--peer", action="store_true", help="add laplace-torch's glm predictive")
     parser.add_argument("--progress", type=float, default=0.0,
                         help="with --one: seconds between progress lines on stderr")

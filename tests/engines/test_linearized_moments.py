@@ -55,7 +55,7 @@ def test_linear_regression_moments_are_the_closed_form(regression: Regression, t
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)
 def test_linear_regression_closed_form_metrics(regression: Regression, temperature: float) -> None:
-    """`linearized_probit` on a Gaussian likelihood scores N(x̃ m, x̃ Σ x̃ᵀ + σ²) exactly."""
+    """`closed_form` on a Gaussian likelihood scores N(x̃ m, x̃ Σ x̃ᵀ + σ²) exactly."""
     problem, inputs, targets = regression
     target = exact(inputs, targets, temperature, "posterior")
     posterior = Posterior(mean=target.mean, cov=target.cov)
@@ -72,7 +72,9 @@ def test_linear_regression_closed_form_metrics(regression: Regression, temperatu
     inside = np.abs(norm.cdf(observed, mean, sd) - 0.5) <= 0.45
     assert scores["test_coverage_90"] == pytest.approx(inside.mean())
     np.testing.assert_allclose(arrays["predictive_cdf"], norm.cdf(observed, mean, sd), rtol=1e-9)
-    assert "test_nll_single" not in scores and "probit" in conventions["predictive"]
+    assert "test_nll_single" not in scores
+    # a regression's closed form is the exact Gaussian, and its convention says so, not "probit"
+    assert "exact" in conventions["predictive"] and "probit" not in conventions["predictive"]
 
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)

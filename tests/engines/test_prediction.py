@@ -89,11 +89,11 @@ def test_linearized_needs_a_gaussian_posterior(regression: Regression) -> None:
 @pytest.mark.parametrize("name", GAUSSIAN_ENGINES)
 def test_prediction_option(name: str) -> None:
     """Laplace, VI and EKF specs take ``prediction: sampled | linearized |
-    linearized_probit | linearized_mc`` (sampled default)."""
+    closed_form | linearized_mc`` (sampled default)."""
     spec = METHODS.get(name).spec
     default = spec.model_validate({"engine": name})
     assert isinstance(default, GAUSSIAN_SPECS) and default.prediction == "sampled"
-    for value in ("linearized", "linearized_probit", "linearized_mc"):
+    for value in ("linearized", "closed_form", "linearized_mc"):
         chosen = spec.model_validate({"engine": name, "prediction": value})
         assert isinstance(chosen, GAUSSIAN_SPECS) and chosen.prediction == value
     with pytest.raises(pydantic.ValidationError):

@@ -32,12 +32,12 @@ def _case(outputs: int = 3) -> tuple[object, Posterior, torch.Tensor, torch.Tens
 
 @pytest.mark.parametrize("outputs", [3, 1])
 def test_probit_evaluation_scores_the_probit_predictive(outputs: int) -> None:
-    """`linearized_probit`: the headline metrics of the probit probabilities, TU their
+    """`closed_form`: the headline metrics of the probit probabilities, TU their
     entropy, the OOD AUROC of TU; no `_single` metrics and no aleatoric/epistemic split."""
     problem, posterior, inputs, labels, ood = _case(outputs)
     likelihood = categorical() if outputs > 1 else bernoulli()
     result = evaluate_full(problem, likelihood, posterior, inputs, labels, 10, torch.Generator(),
-                           x_ood=ood, prediction="linearized_probit")
+                           x_ood=ood, prediction="closed_form")
     expected = probit_probabilities(functional_moments(problem, posterior, inputs), likelihood)
     assert result.metrics.keys() == {*classification_metrics(expected, labels), "ood_auroc_total"}
     for name, value in classification_metrics(expected.numpy(), labels).items():
@@ -54,7 +54,7 @@ def test_monte_carlo_evaluation_keeps_every_metric() -> None:
     draws = evaluate_full(problem, categorical(), posterior, inputs, labels, 4000,
                           torch.Generator().manual_seed(1), x_ood=ood, prediction="linearized_mc")
     probit = evaluate_full(problem, categorical(), posterior, inputs, labels, 10,
-                           torch.Generator(), prediction="linearized_probit")
+                           torch.Generator(), prediction="closed_form")
     assert {"test_nll_single", "ood_auroc_epistemic"} <= draws.metrics.keys()
     assert draws.arrays["uncertainty_epistemic"].min() >= 0
     # The probit approximation of E[softmax] is accurate to a few hundredths for these
@@ -68,7 +68,7 @@ def test_a_point_estimate_predicts_with_its_one_vector() -> None:
     problem, posterior, inputs, labels, _ = _case()
     point = Posterior(mean=posterior.mean, var=torch.zeros_like(posterior.var))
     sampled = evaluate_full(problem, categorical(), point, inputs, labels, 5, torch.Generator())
-    for prediction in ("linearized_probit", "linearized_mc"):
+    for prediction in ("closed_form", "linearized_mc"):
         result = evaluate_full(problem, categorical(), point, inputs, labels, 5, torch.Generator(),
                                prediction=prediction)
         assert result.metrics == sampled.metrics

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bayesflow.report import evidence
+from bayesflow.report import evidence, tables
 
 from .conftest import synthetic_results
+from .test_validation_choice import with_validation
 
 
 def with_evidence() -> pd.DataFrame:
@@ -35,6 +36,7 @@ def test_the_table_shows_both_priors_per_laplace_method() -> None:
     assert table.loc["laplace", evidence.SPEC_PRIOR] == "-500.500 ± 0.707"
     assert table.loc["laplace", evidence.VARIANCE] == "—"
     assert table.loc["laplace", evidence.BEST_T] == "0.1"
+    assert table.loc["laplace", tables.CHOSEN_ON] == "test"  # no validation rows: said so
     auto = table.loc["laplace_auto"]
     assert auto["prior"] == "evidence"
     assert auto[evidence.SPEC_PRIOR] == "-500.500 ± 0.707"
@@ -48,7 +50,25 @@ def test_the_section_compares_the_chosen_prior_at_one_with_the_best_temperature(
     """A sentence per evidence-chosen method names its T = 1 NLL and the spec prior's best."""
     text, _ = evidence.evidence_section(with_evidence())
     assert ("`laplace_auto` at T = 1 (prior variance 0.055 ± 0.00707): test NLL 0.300 ± 0.000; `laplace` "
-            "(the spec's prior) at its best T = 0.1: 0.310 ± 0.007") in text
+            "(the spec's prior) at its best T = 0.1 (chosen on test): 0.310 ± 0.007") in text
+    assert "optimistic" in text
+
+
+def test_the_best_temperature_is_chosen_on_validation_as_in_the_rest_of_the_report() -> None:
+    """With `val_nll` (lowest at T = 1, the test NLL at T = 0.1) the evidence table picks
+    the temperature the best-temperature table picks, says `validation`, and reports the
+    test NLL there; the text no longer calls the choice one made on the test NLL."""
+    frame = with_validation(with_evidence())
+    table = evidence.evidence_table(frame).set_index("method")
+    best = tables.best_temperature_table(frame).set_index("method")
+    for method in ("laplace", "laplace_auto"):
+        assert table.loc[method, evidence.BEST_T] == best.loc[method, "best T"] == "1"
+        assert table.loc[method, tables.CHOSEN_ON] == "validation"
+    assert table.loc["laplace", evidence.AT_BEST] == best.loc["laplace", "test_nll"] == "0.340 ± 0.007"
+    assert table.loc["laplace_auto", evidence.AT_BEST] == "0.300 ± 0.000"
+    text, _ = evidence.evidence_section(frame)
+    assert "lowest mean **validation** NLL" in text and "optimistic" not in text
+    assert "at its best T = 1 (chosen on validation): 0.340 ± 0.007" in text
 
 
 def test_per_tensor_variances_are_listed_by_tensor() -> None:

@@ -52,7 +52,7 @@ def test_uncertainty_frame_stacks_in_and_out_of_distribution_points(results_fram
 
 
 def test_uncertainty_frame_of_a_closed_form_predictive(results_frame: pd.DataFrame) -> None:
-    """A `linearized_probit` fit logs TU only: its AU and EU rows are NaN, and the figure
+    """A `closed_form` fit logs TU only: its AU and EU rows are NaN, and the figure
     still draws."""
     first = results_frame["cell"].iloc[0]
     arrays = {first: {"uncertainty_total": np.full(3, 0.2), "ood_uncertainty_total": np.full(2, 0.6)}}

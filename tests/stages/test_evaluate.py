@@ -82,7 +82,7 @@ def test_double_well_is_sampled_without_data(tmp_path: Path, monkeypatch: pytest
     assert bayesflow.evaluations(parent, tracker=tracker) == {}
 
 
-@pytest.mark.parametrize("prediction", ["linearized", "linearized_probit", "linearized_mc"])
+@pytest.mark.parametrize("prediction", ["linearized", "closed_form", "linearized_mc"])
 def test_a_method_can_ask_for_linearized_prediction(tmp_path: Path, prediction: str) -> None:
     """`prediction: linearized…` on a Laplace method is used for it; samples stay sampled."""
     from bayesflow.engines.base import Posterior
