@@ -16,7 +16,7 @@ from bayesflow.families import CAUSAL_LM, methods_for
 from bayesflow.methods import METHODS
 from bayesflow.spec.llm_checks import refusal
 from bayesflow.variants import load_data
-from tests.llm.spec_helpers import lm_spec, tiny_lm, write_spec
+from tests.llm.spec_helpers import lm_spec, save_weights, tiny_lm, write_spec
 
 
 def problems(folder: Path, spec: dict[str, Any]) -> str:
@@ -56,15 +56,17 @@ def test_the_missing_extra_names_the_install_command(tmp_path: Path, monkeypatch
 
 
 def folder_model(folder: Path, *, weights: bool = True, context: int = 16) -> Path:
-    """A model folder: a real config.json, a weights file that is not weights (validate must
-    not read it) and a tokenizer file."""
+    """A model folder: a real config.json, the weights of its model (validate reads their
+    safetensors header only) and a tokenizer file."""
     import transformers
 
     model = folder / "model"
-    transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=2, max_position_embeddings=context).save_pretrained(model)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=2, max_position_embeddings=context)
     if weights:
-        (model / "model.safetensors").write_bytes(b"not weights")
+        save_weights(config, model)
+    else:
+        config.save_pretrained(model)
     (model / "tokenizer.json").write_text("{}")
     return model
 
@@ -105,6 +107,37 @@ def test_a_folder_model_that_fits_validates_without_reading_its_weights(tmp_path
     model = {"name": "causal_lm", "path": "model", "trainable": {"parameters": ["model.layers.1.*"]}}
     loaded = bayesflow.load(write_spec(tmp_path, lm_spec(tmp_path, model=model)))
     assert load_data(loaded).num_classes == 256
+
+
+@pytest.mark.parametrize("case", ["truncated", "garbage", "shard"])
+def test_a_weights_file_that_is_not_whole_is_refused_at_validate(tmp_path: Path, case: str) -> None:
+    """A truncated `model.safetensors` (or one that is no safetensors file, or a missing
+    shard) is a located error at `model.path` naming the file, found from its header alone,
+    not the run's `incomplete metadata, file not fully covered` (issue 33, item 12)."""
+    import json
+
+    model = folder_model(tmp_path, context=64)
+    weights = model / "model.safetensors"
+    if case == "truncated":
+        data = weights.read_bytes()
+        weights.write_bytes(data[:-100])
+    elif case == "garbage":
+        weights.write_bytes(b"not weights at all")
+    else:
+        weights.rename(model / "model-00001-of-00002.safetensors")
+        header = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+        (model / "model.safetensors.index.json").write_text(json.dumps(header))
+    spec = lm_spec(tmp_path, model={"name": "causal_lm", "path": "model",
+                                    "trainable": {"parameters": ["model.layers.1.*"]}})
+    message = problems(tmp_path, spec)
+    assert f"spec.yaml:{line_of(tmp_path, 'model.path')}:" in message
+    assert "model.path:" in message
+    if case == "truncated":
+        assert f"weights file {str(weights)!r} holds" in message and "(truncated)" in message
+    elif case == "garbage":
+        assert f"weights file {str(weights)!r} announces a header of" in message
+    else:
+        assert "names shard(s) model-00002-of-00002.safetensors that" in message
 
 
 @pytest.mark.parametrize(("trainable", "key", "text"), [
