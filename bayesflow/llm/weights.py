@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from bayesflow.errors import SpecError
 
-__all__ = ["SINGLE", "SHARDED", "Tensor", "folder_tensors", "read_header"]
+__all__ = ["SINGLE", "SHARDED", "Tensor", "check_tensors", "folder_tensors", "read_header"]
 
 SINGLE = "model.safetensors"
 SHARDED = "model.safetensors.index.json"
@@ -118,3 +119,103 @@ def folder_tensors(folder: Path, where: str = "model.path") -> dict[str, Tensor]
     for shard in shards:
         tensors.update(read_header(folder / shard, where))
     return tensors
+
+
+def check_tensors(model: Any, tensors: dict[str, Tensor], folder: Path, where: str = "model.path") -> None:
+    """The weights hold exactly the tensors of ``model`` (built from the folder's config, on
+    the meta device), each of its shape, as transformers would load them: a checkpoint's
+    names renamed its way (a base-model prefix added or stripped, legacy names), a tied
+    tensor (``lm_head.weight`` tied to the embedding) present under either name, the names
+    the model class says to ignore ignored.
+
+    Raises:
+        SpecError: a tensor of the model is missing (it would be initialised at random and
+            frozen), a tensor of the file is not the model's, or a shape differs; naming the
+            folder and the first few tensors.
+    """
+    state = model.state_dict(keep_vars=True)
+    expected = {name: tuple(value.shape) for name, value in state.items()}
+    aliases: dict[int, list[str]] = {}  # a tied tensor's names
+    for name, value in state.items():
+        aliases.setdefault(id(value), []).append(name)
+    renamed, converted = _renamed(model, list(tensors), expected)
+    present = set(renamed.values())
+    ignore_missing, ignore_unexpected = _ignored(model)
+    missing = [name for name in expected if name not in present and not ignore_missing(name)
+               and not any(alias in present for alias in aliases[id(state[name])])]
+    unexpected = [original for original, name in renamed.items()
+                  if name not in expected and not ignore_unexpected(original)]
+    mismatched = [f"{original} {list(tensors[original].shape)} in {tensors[original].file}, "
+                  f"{list(expected[name])} in the model"
+                  for original, name in renamed.items()
+                  if name in expected and original not in converted and tensors[original].shape != expected[name]]
+    problems = [f"{what} {_first_few(names)}" for what, names in (
+        ("the weights lack tensors the config's model has (transformers would initialise them at random, "
+         "and they would stay frozen):", missing),
+        ("the weights hold tensors the config's model does not have:", unexpected),
+        ("shapes differ:", mismatched)) if names]
+    if problems:
+        raise SpecError(
+            f"{where}: the weights in {str(folder)!r} do not match the model its config.json builds: "
+            + "; ".join(problems)
+            + "; use the config.json saved with these weights (`save_pretrained` writes both)"
+        )
+
+
+def _first_few(names: list[str], shown: int = 4) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _renamed(model: Any, names: list[str], expected: dict[str, Any]) -> tuple[dict[str, str], set[str]]:
+    """Each checkpoint name as the model's (transformers' own renaming where it has one, else
+    the base-model prefix added or stripped) and the names a converter merges (their shapes
+    are the converter's business)."""
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+        mapping = get_model_conversion_mapping(model)
+        renamings = [entry for entry in mapping if isinstance(entry, WeightRenaming)]
+        converters = [entry for entry in mapping if isinstance(entry, WeightConverter)]
+    except Exception:  # noqa: BLE001 - another transformers: the prefix rule alone
+        renamed = {name: _with_prefix(name, prefix, expected) for name in names}
+        return renamed, set()
+    renamed, converted = {}, set()
+    for name in names:
+        key, source = rename_source_key(name, renamings, converters, prefix or None, expected)
+        if key not in expected and name in expected:  # as transformers' loader: no renaming
+            key, source = rename_source_key(name, [], [], prefix or None, expected)
+        renamed[name] = key
+        if source is not None:
+            converted.add(name)
+    return renamed, converted
+
+
+def _with_prefix(name: str, prefix: str, expected: dict[str, Any]) -> str:
+    if name in expected or not prefix:
+        return name
+    if name.startswith(prefix + ".") and name[len(prefix) + 1:] in expected:
+        return name[len(prefix) + 1:]
+    return f"{prefix}.{name}" if f"{prefix}.{name}" in expected else name
+
+
+def _ignored(model: Any) -> tuple[Any, Any]:
+    """Tests of the names transformers does not report missing or unexpected for this model
+    (its class's patterns; per-layer rotary ``inv_freq`` and ``position_ids`` buffers of old
+    checkpoints)."""
+    buffers = [name for name, _ in model.named_buffers()]
+    unexpected = set(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
+    if any(name.endswith("rotary_emb.inv_freq") for name in buffers):
+        unexpected.add(r"rotary_emb\.inv_freq")
+    if any(name.endswith("position_ids") for name in buffers):
+        unexpected.add(r"(^|\.)position_ids$")
+    missing = set(getattr(model, "_keys_to_ignore_on_load_missing", None) or ())
+
+    def test(patterns: set[str]) -> Any:
+        if not patterns:
+            return lambda name: False
+        pattern = re.compile("|".join(f"({item})" for item in sorted(patterns)))
+        return lambda name: pattern.search(name) is not None
+
+    return test(missing), test(unexpected)

@@ -140,6 +140,48 @@ def test_a_weights_file_that_is_not_whole_is_refused_at_validate(tmp_path: Path,
         assert "names shard(s) model-00002-of-00002.safetensors that" in message
 
 
+@pytest.mark.parametrize("case", ["more_layers", "fewer_layers", "wider"])
+def test_weights_that_are_not_the_configs_model_are_refused_at_validate(tmp_path: Path, case: str) -> None:
+    """A config.json that claims more layers than the weights hold (a run would initialise
+    them at random and freeze them), fewer, or another width is a located error at
+    `model.path` naming the folder and the first tensors, from the header alone (issue 33,
+    item 13)."""
+    import json
+
+    model = folder_model(tmp_path, context=64)
+    config = json.loads((model / "config.json").read_text())
+    config.update({"more_layers": {"num_hidden_layers": 3}, "fewer_layers": {"num_hidden_layers": 1},
+                   "wider": {"intermediate_size": 96}}[case])
+    (model / "config.json").write_text(json.dumps(config))
+    spec = lm_spec(tmp_path, model={"name": "causal_lm", "path": "model",
+                                    "trainable": {"parameters": ["model.layers.0.*"]}})
+    message = problems(tmp_path, spec)
+    assert f"spec.yaml:{line_of(tmp_path, 'model.path')}:" in message
+    assert f"model.path: the weights in {str(model)!r} do not match the model its config.json builds" in message
+    if case == "more_layers":
+        assert ("the weights lack tensors the config's model has (transformers would initialise them at random, "
+                "and they would stay frozen): model.layers.2.self_attn.q_proj.weight, ") in message
+        assert "and 5 more" in message
+    elif case == "fewer_layers":
+        assert "the weights hold tensors the config's model does not have: model.layers.1." in message
+    else:
+        assert "shapes differ: model.layers.0.mlp.down_proj.weight [32, 64] in model.safetensors, [32, 96] in the model" in message
+    assert "use the config.json saved with these weights" in message
+
+
+def test_a_gpt2_checkpoint_with_tied_head_and_no_prefix_validates(tmp_path: Path) -> None:
+    """transformers' own conventions are no mismatch: a tied `lm_head.weight` absent from
+    the file, a GPT-2 base model's names without the `transformer.` prefix."""
+    import transformers
+
+    model = tmp_path / "model"
+    config = transformers.GPT2Config(vocab_size=256, n_embd=32, n_layer=2, n_head=2, n_positions=64)
+    transformers.GPT2Model(config).save_pretrained(model)  # no head, no prefix
+    (model / "tokenizer.json").write_text("{}")
+    gpt2 = {"name": "causal_lm", "path": "model", "trainable": {"parameters": ["transformer.h.1.*"]}}
+    assert load_data(bayesflow.load(write_spec(tmp_path, lm_spec(tmp_path, model=gpt2)))).num_classes == 256
+
+
 @pytest.mark.parametrize(("trainable", "key", "text"), [
     ({"lora": {"target_modules": ["qkv"]}}, "model.trainable.lora.target_modules",
      ("model.trainable.lora.target_modules: ['qkv'] name no linear module of the model; it has: "
