@@ -182,6 +182,16 @@ def test_a_gpt2_checkpoint_with_tied_head_and_no_prefix_validates(tmp_path: Path
     assert load_data(bayesflow.load(write_spec(tmp_path, lm_spec(tmp_path, model=gpt2)))).num_classes == 256
 
 
+def test_an_empty_list_of_lora_layers_is_refused_where_written(tmp_path: Path) -> None:
+    """`trainable.lora.layers: []` would adapt every layer (peft reads an empty list as
+    "all"): a located error saying to omit the key for all layers (issue 33, item 15)."""
+    model = tiny_lm(trainable={"lora": {"target_modules": ["q_proj"], "layers": []}})
+    message = problems(tmp_path, lm_spec(tmp_path, model=model))
+    assert f"spec.yaml:{line_of(tmp_path, 'model.trainable.lora.layers')}:" in message
+    assert "model.trainable.lora.layers" in message
+    assert "an empty list names no layer, yet peft would adapt every layer; omit `layers`" in message
+
+
 @pytest.mark.parametrize(("trainable", "key", "text"), [
     ({"lora": {"target_modules": ["qkv"]}}, "model.trainable.lora.target_modules",
      ("model.trainable.lora.target_modules: ['qkv'] name no linear module of the model; it has: "
