@@ -40,9 +40,10 @@ def load_data(loaded: LoadedSpec, loaded_data: dict[str, Dataset] | None = None)
         if block not in cached:
             cached[block] = load_dataset(spec.data.model_dump(), loaded.base_dir, model)
         check_data(cached[block], spec.likelihood.name)
-        family.check_with_data(loaded, cached[block])  # a `python:` model's factory, called
         dataset = with_reference(cached[block], loaded.spec, loaded.base_dir)
         dataset = with_statements(dataset, loaded.spec, loaded.base_dir)
+        # A `python:` model's factory, called; a language model's statements against its context.
+        family.check_with_data(loaded, dataset)
     except DataError as error:  # about the spec's keys (data.files.2), not a file of its own
         if loaded.path is None or error.path is not None:
             raise

@@ -17,10 +17,11 @@ from typing import Any
 
 from bayesflow.data.dataset import Dataset, resolve_path
 from bayesflow.errors import DataError, SpecError
-from bayesflow.llm.statements import cipher, read_statements
+from bayesflow.llm.statements import cipher, numbered_statements, read_statements, split_statement
 from bayesflow.spec.statements import CIPHER
 
-__all__ = ["KEY", "statement_sets", "statements_digest", "with_statements"]
+__all__ = ["KEY", "check_statement_lengths", "statement_encoder", "statement_sets", "statements_digest",
+           "with_statements"]
 
 KEY = "evaluate.statements"
 
@@ -66,3 +67,49 @@ def statements_digest(dataset: Dataset) -> str | None:
     if dataset.statements is None:
         return None
     return hashlib.sha256(json.dumps(dataset.statements).encode()).hexdigest()
+
+
+def statement_encoder(spec: Any, base_dir: Path | None, statements: list[str]) -> Any:
+    """Text to token ids as ``data.tokenizer`` encodes the training documents: every
+    statement's context and word encoded once (one call of
+    :func:`bayesflow.data.text.encode_documents`), then looked up."""
+    from bayesflow.data.text import encode_documents
+
+    pieces = sorted({part for text in statements for part in split_statement(text)})
+    encoded, _ = encode_documents(pieces, spec.data, spec.model.model_dump(), base_dir)
+    table = dict(zip(pieces, encoded))
+    return table.__getitem__
+
+
+def check_statement_lengths(dataset: Dataset, spec: Any, base_dir: Path | None, context: int) -> None:
+    """Every statement the data carry fits the model's context: its context and word, in
+    the tokens the evaluation scores them in, are at most ``context`` tokens.
+
+    Raises:
+        SpecError: the first statement that does not fit, naming its file and line (a
+            cipher's statement: the line of the statement it enciphers), its length and
+            the context.
+    """
+    settings = spec.evaluate.statements
+    if settings is None or dataset.statements is None:
+        return
+    encoder = statement_encoder(spec, base_dir, [text for group in dataset.statements for text in group])
+    keys = (f"{KEY}.in_distribution", f"{KEY}.ood")
+    for key, group in zip(keys, dataset.statements):
+        for index, statement in enumerate(group):
+            tokens = sum(len(encoder(piece)) for piece in split_statement(statement))
+            if tokens > context:
+                raise SpecError(_too_long(settings, key, index, tokens, context, spec.data.tokenizer, base_dir))
+
+
+def _too_long(settings: Any, key: str, index: int, tokens: int, context: int, tokenizer: str,
+              base_dir: Path | None) -> str:
+    ciphered = key.endswith(".ood") and settings.ood == CIPHER
+    path = resolve_path(settings.in_distribution if ciphered or key.endswith("in_distribution") else settings.ood,
+                        base_dir)
+    line = numbered_statements(path, key)[index][0]
+    place = (f"the cipher of {str(path)!r} line {line}" if ciphered else f"{str(path)!r} line {line}")
+    unit = "byte tokens (UTF-8 bytes)" if tokenizer == "bytes" else "tokens of the model folder's tokenizer"
+    return (f"{key}: {place} is a statement of {tokens} {unit}, but the model's context is {context} "
+            f"tokens: the evaluation could not read it; shorten it to at most {context} tokens (or "
+            "remove it), or use a model with a longer context")

@@ -1,6 +1,8 @@
 """What ``bayesflow validate`` checks of a ``causal_lm`` spec before any weight is read.
 
-The extra is installed; a model folder holds a config, weights and a tokenizer; a window
+The extra is installed; a model folder holds a config, weights and a tokenizer, its
+safetensors files whole and holding the tensors its config's model has, of their shapes
+(their headers read, not their tensors); a window
 fits the model's context; the tokens (bytes, or the folder's tokenizer) fit its vocabulary; every LoRA target, layer and
 parameter glob names something in the model (and, for a KFAC of the empirical Fisher, only linear
 layers' tensors). The model's structure comes from its config
@@ -61,6 +63,8 @@ def check_language_model(spec: Any, base_dir: Path | None) -> None:
 
     model_spec, data = spec.model, spec.data
     model = structure_of(model_spec, base_dir)
+    if model_spec.path is not None:
+        _check_weights(model_spec.path, base_dir, model)
     context = context_of(model)
     length = getattr(data, "length", None)
     if isinstance(length, int) and length > context:
@@ -85,6 +89,19 @@ def check_language_model(spec: Any, base_dir: Path | None) -> None:
         names = [name for name, _ in model.named_parameters()]
         chosen = select_tensors(trainable.parameters, names, "model.trainable.parameters")
         _check_kfac_tensors(spec, model, [name for name, keep in zip(names, chosen) if keep])
+
+
+def _check_weights(path: str, base_dir: Path | None, model: Any) -> None:
+    """The folder's safetensors files are whole and hold the tensors of ``model``, the
+    config's model on the meta device, each of its shape: their headers are read, never
+    their tensors (:mod:`bayesflow.llm.weights`)."""
+    from bayesflow.llm.source import check_folder
+    from bayesflow.llm.weights import check_tensors, folder_tensors
+
+    folder = check_folder(path, base_dir)
+    tensors = folder_tensors(folder)
+    if tensors is not None:
+        check_tensors(model, tensors, folder)
 
 
 def _check_kfac_tensors(spec: Any, model: Any, names: list[str]) -> None:

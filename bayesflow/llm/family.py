@@ -105,7 +105,16 @@ class CausalLMFamily:
         check_language_model(loaded.spec, loaded.base_dir)
 
     def check_with_data(self, loaded: LoadedSpec, dataset: Dataset) -> None:
-        """Nothing more: the windows were cut to the model's context by the data loader."""
+        """The statements fit the model's context (the windows were cut to it by the data
+        loader): :func:`bayesflow.data.statements.check_statement_lengths`."""
+        if dataset.statements is None:
+            return
+        from bayesflow.data.statements import check_statement_lengths
+        from bayesflow.llm.checks import structure_of
+        from bayesflow.llm.problem import context_of
+
+        context = context_of(structure_of(loaded.spec.model, loaded.base_dir))
+        check_statement_lengths(dataset, loaded.spec, loaded.base_dir, context)
 
     def problem(
         self, spec: Any, sizes: Sizes, prior: Any, device: Any, base_dir: Path | None

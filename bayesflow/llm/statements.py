@@ -35,7 +35,7 @@ from bayesflow.llm.text import byte_encode
 
 __all__ = [
     "WORD_END", "EncodedStatement", "cipher", "cipher_table", "encode_statements",
-    "read_statements", "split_statement",
+    "numbered_statements", "read_statements", "split_statement",
 ]
 
 # Punctuation that ends a statement and is not part of its scored word.
@@ -47,6 +47,15 @@ Encoder = Callable[[str], Any]
 def read_statements(path: Path, where: str = "evaluate.statements") -> list[str]:
     """The statements of a file: its non-blank lines that are not ``#`` comments, each
     stripped of surrounding whitespace.
+
+    Raises:
+        DataError: as :func:`numbered_statements`.
+    """
+    return [statement for _, statement in numbered_statements(path, where)]
+
+
+def numbered_statements(path: Path, where: str = "evaluate.statements") -> list[tuple[int, str]]:
+    """The statements of a file (:func:`read_statements`), each with its 1-based line.
 
     Raises:
         DataError: the file is missing, not UTF-8 (naming the line), holds no statement,
@@ -64,13 +73,13 @@ def read_statements(path: Path, where: str = "evaluate.statements") -> list[str]
             f"{where}: {str(path)!r} line {bad_line} is not UTF-8 text (byte {error.start}: "
             f"{raw[error.start:error.start + 1]!r}); convert the file to UTF-8"
         ) from error
-    statements = []
+    statements: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         statement = line.strip()
         if not statement or statement.startswith("#"):
             continue
         split_statement(statement, f"{where}: {str(path)!r} line {number}")
-        statements.append(statement)
+        statements.append((number, statement))
     if not statements:
         raise DataError(
             f"{where}: {str(path)!r} holds no statement (its {len(text.splitlines())} lines are "

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bayesflow.errors import TrackingError
 from bayesflow.posterior.files import (
     CELL_FILE,
@@ -23,6 +25,9 @@ from bayesflow.posterior.fitted import FittedPosterior
 __all__ = ["load_posterior"]
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+# A language model's fit logs it beside posterior.npz (bayesflow.llm.family.REFERENCE): the
+# model section with a folder's absolute path.
+BASE_MODEL_FILE = "base_model.json"
 
 
 def load_posterior(
@@ -75,7 +80,7 @@ def _from_path(path: Path, device: str) -> FittedPosterior:
     if posterior is None or spec is None:
         found = ((POSTERIOR_FILE, posterior), (SPEC_FILE, spec))
         missing = [name for name, file in found if file is None]
-        if (folder / "base_model.json").is_file():  # bayesflow.llm.product's files
+        if (folder / BASE_MODEL_FILE).is_file():  # bayesflow.llm.product's files
             raise PosteriorError(
                 f"load_posterior: {path} is a language model's posterior (base_model.json, no "
                 f"{SPEC_FILE}); load it with bayesflow.llm.product.load_lm_posterior({str(folder)!r}), "
@@ -126,8 +131,33 @@ def _from_run(run_id: str, tracking_uri: str | None, device: str) -> FittedPoste
                 f"spec/{SPEC_FILE}; download the fit's posterior and pass a folder with "
                 "the spec beside it"
             ) from exc
+        spec = _with_recorded_model_path(tracker, run_id, Path(spec), Path(folder))
         cell.update(_recorded_sizes(tracker, record, folder))
         return FittedPosterior.from_files(posterior, spec, cell, base_dir=Path.cwd(), device=device)
+
+
+def _with_recorded_model_path(tracker: Any, run_id: str, spec: Path, folder: Path) -> Path:
+    """The run's spec with ``model.path`` the absolute path its fit recorded.
+
+    A spec's relative ``model.path`` is taken from the spec's folder at run time; the
+    parent's ``spec/resolved.yaml`` keeps it relative, while the fit's
+    ``posterior/base_model.json`` records the folder's absolute path (docs/llm.md), which
+    loads from any working directory. A fit without that file (a flat model) keeps its spec.
+    """
+    try:
+        reference = tracker.download_artifact(run_id, f"posterior/{BASE_MODEL_FILE}", str(folder / "reference"))
+    except TrackingError:
+        return spec
+    recorded = json.loads(Path(reference).read_text()).get("model", {}).get("path")
+    mapping = yaml.safe_load(spec.read_text())
+    model = mapping.get("model") if isinstance(mapping, dict) else None
+    if not isinstance(recorded, str) or not isinstance(model, dict) or model.get("path") in (None, recorded):
+        return spec
+    model["path"] = recorded
+    portable = folder / "portable" / SPEC_FILE
+    portable.parent.mkdir()
+    portable.write_text(yaml.safe_dump(mapping, sort_keys=False))
+    return portable
 
 
 def _fit_record(tracker: Any, run_id: str) -> Any:

@@ -38,8 +38,19 @@ class LoraSpec(Strict):
     )
     layers: list[int] | None = Field(
         None, description="Indices of the decoder layers that get adapters (negative counts from "
-        "the last: -1 is the last layer); null: every layer."
+        "the last: -1 is the last layer); omitted or null: every layer (an empty list is refused)."
     )
+
+    @field_validator("layers")
+    @classmethod
+    def _some_layers(cls, layers: list[int] | None) -> list[int] | None:
+        # peft reads an empty list as "every layer": refuse it rather than adapt them all.
+        if layers == []:
+            raise ValueError(
+                "an empty list names no layer, yet peft would adapt every layer; omit `layers` "
+                "(or write null) for every layer, or list the indices of some, e.g. [-1] for the last"
+            )
+        return layers
 
 
 class TrainableSpec(Strict):

@@ -45,6 +45,7 @@ def statement_evaluation(
     context: WorkflowContext, stage: Stage, problem: Any, posterior: Any
 ) -> tuple[dict[str, float], dict[str, str], dict[str, np.ndarray]]:
     """The statements' metrics, convention lines and per-statement arrays of one fit."""
+    from bayesflow.data.statements import statement_encoder
     from bayesflow.evaluate import draw_samples
     from bayesflow.llm.statement_scores import score_statements, statement_metrics
     from bayesflow.llm.statements import encode_statements
@@ -54,7 +55,8 @@ def statement_evaluation(
     count = settings.n_samples or context.spec.evaluate.n_samples
     generator = context.generator(problem.device, STATEMENTS_SEED_OFFSET + int(stage.seed or 0))
     members = draw_samples(posterior, count, generator)
-    encoder = statement_encoder(context, [text for group in context.dataset.statements for text in group])
+    texts = [text for group in context.dataset.statements for text in group]
+    encoder = statement_encoder(context.spec, context.loaded.base_dir, texts)
     scores = [
         score_statements(problem, members, encode_statements(texts, encoder), settings.batch_size)
         for texts in context.dataset.statements
@@ -70,16 +72,3 @@ def statement_evaluation(
     notes["statements_members"] = f"{members.shape[0]} posterior member(s) per statement"
     return metrics, notes, arrays
 
-
-def statement_encoder(context: WorkflowContext, statements: list[str]) -> Any:
-    """Text to token ids as ``data.tokenizer`` encodes the training documents: every
-    statement's context and word encoded once (one call of
-    :func:`bayesflow.data.text.encode_documents`), then looked up."""
-    from bayesflow.data.text import encode_documents
-    from bayesflow.llm.statements import split_statement
-
-    pieces = sorted({part for text in statements for part in split_statement(text)})
-    model = context.spec.model.model_dump()
-    encoded, _ = encode_documents(pieces, context.spec.data, model, context.loaded.base_dir)
-    table = dict(zip(pieces, encoded))
-    return table.__getitem__

@@ -50,6 +50,13 @@ def lm_spec(folder: Path, **sections: Any) -> dict[str, Any]:
     return spec
 
 
+def save_weights(config: Any, folder: Path) -> None:
+    """The config and the safetensors weights of the model it builds (random), into ``folder``."""
+    import transformers
+
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+
+
 def write_spec(folder: Path, spec: dict[str, Any]) -> Path:
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))

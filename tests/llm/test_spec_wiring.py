@@ -16,7 +16,7 @@ from bayesflow.dag.plan import Stage
 from bayesflow.data import load_dataset
 from bayesflow.stages.context import WorkflowContext
 from bayesflow.variants import load_data
-from tests.llm.spec_helpers import DOCUMENTS, lm_spec, tiny_lm, write_spec
+from tests.llm.spec_helpers import DOCUMENTS, lm_spec, save_weights, tiny_lm, write_spec
 
 
 def decoded(rows: np.ndarray) -> list[str]:
@@ -109,14 +109,14 @@ def test_the_context_builds_the_subset_problem_with_n_in_scored_tokens(
 
 
 def folder_spec(tmp_path: Path, vocabulary: int = 300) -> dict[str, object]:
-    """A spec whose model is a folder (config, a weights file never read, a tokenizer file)
-    and whose data use the folder's tokenizer."""
+    """A spec whose model is a folder (config, weights whose header alone validate reads, a
+    tokenizer file) and whose data use the folder's tokenizer."""
     import transformers
 
     model = tmp_path / "model"
-    transformers.LlamaConfig(vocab_size=vocabulary, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=2, max_position_embeddings=64).save_pretrained(model)
-    (model / "model.safetensors").write_bytes(b"not read at validate")
+    save_weights(transformers.LlamaConfig(vocab_size=vocabulary, hidden_size=32, intermediate_size=64,
+                                          num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64),
+                 model)
     (model / "tokenizer.json").write_text("{}")
     spec = lm_spec(tmp_path, model={"name": "causal_lm", "path": "model",
                                     "trainable": {"parameters": ["model.layers.1.*"]}})

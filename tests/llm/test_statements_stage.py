@@ -93,3 +93,29 @@ def test_a_statements_file_that_cannot_serve_is_located_at_validate(
     line = next(number for number, text in enumerate(lines, 1) if text.strip().startswith(f"{key}:"))
     assert problem.startswith(f"{path}:{line}:")
     assert expected in problem
+
+
+@pytest.mark.parametrize("ood", ["cipher", "file"])
+def test_a_statement_longer_than_the_context_is_located_at_validate(tmp_path: Path, ood: str) -> None:
+    """A statement of 300 bytes on a GPT-2 with 128 positions is a located spec error at
+    validate naming its file, line, length and the context, not the evaluate stage's
+    `index out of range in self` (issue 33, item 14)."""
+    long = "I " + "very " * 59 + "end"  # 300 bytes, all of them read (no final punctuation)
+    assert len(long.encode()) == 300
+    text = STATEMENTS.read_text() + long + "\n"
+    (tmp_path / "long.txt").write_text(text)
+    spec = statements_spec(tmp_path)
+    spec["model"] = {"name": "causal_lm", "family": "gpt2", "hidden_size": 32, "layers": 2, "heads": 2,
+                     "context": 128, "trainable": {"parameters": ["transformer.h.1.*"]}}
+    key = "in_distribution" if ood == "cipher" else "ood"
+    spec["evaluate"]["statements"][key] = "long.txt"
+    path = write_spec(tmp_path, spec)
+    with pytest.raises(SpecError) as caught:
+        load_data(load_spec(path))
+    (problem,) = caught.value.problems
+    line = next(number for number, entry in enumerate(path.read_text().splitlines(), 1)
+                if entry.strip().startswith(f"{key}:"))
+    assert problem.startswith(f"{path}:{line}:")
+    assert (f"evaluate.statements.{key}: {str(tmp_path / 'long.txt')!r} line {len(text.splitlines())} is a "
+            "statement of 300 byte tokens (UTF-8 bytes), but the model's context is 128 tokens") in problem
+    assert "shorten it to at most 128 tokens" in problem

@@ -160,20 +160,17 @@ def test_a_folder_model_is_referenced_by_its_absolute_path(tmp_path: Path) -> No
     assert portable_spec(shipped, tmp_path) == shipped
 
 
-def test_a_folder_model_with_its_tokenizer_scores_from_any_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A `model.path` folder (weights and the byte-level tokenizer, `tokenizer: model`)
-    written relative to the spec: the logged model records its absolute path and scores
-    from another working directory, as the byte tokens of a config-built twin would."""
-    import mlflow
-    import mlflow.pyfunc
-
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, Path, Path]:
+    """A run whose `model.path` folder (weights and the byte-level tokenizer, `tokenizer:
+    model`) is written relative to the spec: (its result, its fit run, the model folder,
+    another working directory)."""
     from bayesflow.llm.source import build_base_model
     from bayesflow.llm.tokenizer import save_byte_tokenizer
     from bayesflow.spec.llm import CausalLMSpec
     from tests.llm.spec_helpers import tiny_lm
 
+    tmp_path = tmp_path_factory.mktemp("folder_model")
     spec_folder, elsewhere = tmp_path / "spec", tmp_path / "work"
     elsewhere.mkdir(parents=True)
     folder = spec_folder / "models" / "tiny"
@@ -187,6 +184,19 @@ def test_a_folder_model_with_its_tokenizer_scores_from_any_folder(
     result = bayesflow.run(bayesflow.load(write_spec(spec_folder, spec)))
     assert result.exit_code == 0, result.outcome.errors
     (run_id,) = result.fit_runs.values()
+    return result, run_id, folder, elsewhere
+
+
+def test_a_folder_model_with_its_tokenizer_scores_from_any_folder(
+    folder_run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `model.path` folder written relative to the spec: the logged model records its
+    absolute path and scores from another working directory, as the byte tokens of a
+    config-built twin would."""
+    import mlflow
+    import mlflow.pyfunc
+
+    result, run_id, folder, elsewhere = folder_run
     monkeypatch.chdir(elsewhere)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", result.tracking_uri)
     local = Path(mlflow.MlflowClient(result.tracking_uri).download_artifacts(run_id, "model", str(elsewhere / "m")))
@@ -201,3 +211,16 @@ def test_a_folder_model_with_its_tokenizer_scores_from_any_folder(
     saved = Path(mlflow.MlflowClient(result.tracking_uri).download_artifacts(run_id, "posterior", str(elsewhere / "p")))
     assert json.loads((saved / "base_model.json").read_text())["model"]["path"] == str(folder.resolve())
     assert load_lm_posterior(saved).problem.param_names == posterior.param_names
+
+
+def test_a_folder_model_relative_to_its_spec_loads_by_run_id_from_any_folder(
+    folder_run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`load_posterior(<fit run id>)` from another working directory rebuilds the base model
+    from the absolute path the fit recorded (`posterior/base_model.json`), not from the
+    spec's relative `model.path` taken from the working directory (issue 33, item 11)."""
+    result, run_id, folder, elsewhere = folder_run
+    monkeypatch.chdir(elsewhere)
+    posterior = bayesflow.load_posterior(run_id, tracking_uri=result.tracking_uri)
+    assert Path(posterior.spec.model.path) == folder.resolve()
+    assert score_texts(posterior, [SHORT])["tokens"].tolist() == [16]

@@ -16,7 +16,7 @@ from bayesflow.families import CAUSAL_LM, methods_for
 from bayesflow.methods import METHODS
 from bayesflow.spec.llm_checks import refusal
 from bayesflow.variants import load_data
-from tests.llm.spec_helpers import lm_spec, tiny_lm, write_spec
+from tests.llm.spec_helpers import lm_spec, save_weights, tiny_lm, write_spec
 
 
 def problems(folder: Path, spec: dict[str, Any]) -> str:
@@ -56,15 +56,17 @@ def test_the_missing_extra_names_the_install_command(tmp_path: Path, monkeypatch
 
 
 def folder_model(folder: Path, *, weights: bool = True, context: int = 16) -> Path:
-    """A model folder: a real config.json, a weights file that is not weights (validate must
-    not read it) and a tokenizer file."""
+    """A model folder: a real config.json, the weights of its model (validate reads their
+    safetensors header only) and a tokenizer file."""
     import transformers
 
     model = folder / "model"
-    transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=2, max_position_embeddings=context).save_pretrained(model)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=2, max_position_embeddings=context)
     if weights:
-        (model / "model.safetensors").write_bytes(b"not weights")
+        save_weights(config, model)
+    else:
+        config.save_pretrained(model)
     (model / "tokenizer.json").write_text("{}")
     return model
 
@@ -105,6 +107,89 @@ def test_a_folder_model_that_fits_validates_without_reading_its_weights(tmp_path
     model = {"name": "causal_lm", "path": "model", "trainable": {"parameters": ["model.layers.1.*"]}}
     loaded = bayesflow.load(write_spec(tmp_path, lm_spec(tmp_path, model=model)))
     assert load_data(loaded).num_classes == 256
+
+
+@pytest.mark.parametrize("case", ["truncated", "garbage", "shard"])
+def test_a_weights_file_that_is_not_whole_is_refused_at_validate(tmp_path: Path, case: str) -> None:
+    """A truncated `model.safetensors` (or one that is no safetensors file, or a missing
+    shard) is a located error at `model.path` naming the file, found from its header alone,
+    not the run's `incomplete metadata, file not fully covered` (issue 33, item 12)."""
+    import json
+
+    model = folder_model(tmp_path, context=64)
+    weights = model / "model.safetensors"
+    if case == "truncated":
+        data = weights.read_bytes()
+        weights.write_bytes(data[:-100])
+    elif case == "garbage":
+        weights.write_bytes(b"not weights at all")
+    else:
+        weights.rename(model / "model-00001-of-00002.safetensors")
+        header = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+        (model / "model.safetensors.index.json").write_text(json.dumps(header))
+    spec = lm_spec(tmp_path, model={"name": "causal_lm", "path": "model",
+                                    "trainable": {"parameters": ["model.layers.1.*"]}})
+    message = problems(tmp_path, spec)
+    assert f"spec.yaml:{line_of(tmp_path, 'model.path')}:" in message
+    assert "model.path:" in message
+    if case == "truncated":
+        assert f"weights file {str(weights)!r} holds" in message and "(truncated)" in message
+    elif case == "garbage":
+        assert f"weights file {str(weights)!r} announces a header of" in message
+    else:
+        assert "names shard(s) model-00002-of-00002.safetensors that" in message
+
+
+@pytest.mark.parametrize("case", ["more_layers", "fewer_layers", "wider"])
+def test_weights_that_are_not_the_configs_model_are_refused_at_validate(tmp_path: Path, case: str) -> None:
+    """A config.json that claims more layers than the weights hold (a run would initialise
+    them at random and freeze them), fewer, or another width is a located error at
+    `model.path` naming the folder and the first tensors, from the header alone (issue 33,
+    item 13)."""
+    import json
+
+    model = folder_model(tmp_path, context=64)
+    config = json.loads((model / "config.json").read_text())
+    config.update({"more_layers": {"num_hidden_layers": 3}, "fewer_layers": {"num_hidden_layers": 1},
+                   "wider": {"intermediate_size": 96}}[case])
+    (model / "config.json").write_text(json.dumps(config))
+    spec = lm_spec(tmp_path, model={"name": "causal_lm", "path": "model",
+                                    "trainable": {"parameters": ["model.layers.0.*"]}})
+    message = problems(tmp_path, spec)
+    assert f"spec.yaml:{line_of(tmp_path, 'model.path')}:" in message
+    assert f"model.path: the weights in {str(model)!r} do not match the model its config.json builds" in message
+    if case == "more_layers":
+        assert ("the weights lack tensors the config's model has (transformers would initialise them at random, "
+                "and they would stay frozen): model.layers.2.self_attn.q_proj.weight, ") in message
+        assert "and 5 more" in message
+    elif case == "fewer_layers":
+        assert "the weights hold tensors the config's model does not have: model.layers.1." in message
+    else:
+        assert "shapes differ: model.layers.0.mlp.down_proj.weight [32, 64] in model.safetensors, [32, 96] in the model" in message
+    assert "use the config.json saved with these weights" in message
+
+
+def test_a_gpt2_checkpoint_with_tied_head_and_no_prefix_validates(tmp_path: Path) -> None:
+    """transformers' own conventions are no mismatch: a tied `lm_head.weight` absent from
+    the file, a GPT-2 base model's names without the `transformer.` prefix."""
+    import transformers
+
+    model = tmp_path / "model"
+    config = transformers.GPT2Config(vocab_size=256, n_embd=32, n_layer=2, n_head=2, n_positions=64)
+    transformers.GPT2Model(config).save_pretrained(model)  # no head, no prefix
+    (model / "tokenizer.json").write_text("{}")
+    gpt2 = {"name": "causal_lm", "path": "model", "trainable": {"parameters": ["transformer.h.1.*"]}}
+    assert load_data(bayesflow.load(write_spec(tmp_path, lm_spec(tmp_path, model=gpt2)))).num_classes == 256
+
+
+def test_an_empty_list_of_lora_layers_is_refused_where_written(tmp_path: Path) -> None:
+    """`trainable.lora.layers: []` would adapt every layer (peft reads an empty list as
+    "all"): a located error saying to omit the key for all layers (issue 33, item 15)."""
+    model = tiny_lm(trainable={"lora": {"target_modules": ["q_proj"], "layers": []}})
+    message = problems(tmp_path, lm_spec(tmp_path, model=model))
+    assert f"spec.yaml:{line_of(tmp_path, 'model.trainable.lora.layers')}:" in message
+    assert "model.trainable.lora.layers" in message
+    assert "an empty list names no layer, yet peft would adapt every layer; omit `layers`" in message
 
 
 @pytest.mark.parametrize(("trainable", "key", "text"), [
