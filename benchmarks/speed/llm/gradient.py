@@ -48,7 +48,13 @@ def _live_bytes(device: str) -> dict[int, int]:
     with warnings.catch_warnings():  # isinstance on every object touches deprecated ones
         warnings.simplefilter("ignore", FutureWarning)
         tensors = [t for t in gc.get_objects() if isinstance(t, torch.Tensor) and t.device.type == kind]
-    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    sizes = {}
+    for tensor in tensors:
+        try:  # a fake or functional tensor (left by an earlier torch.compile in the process) has no data
+            sizes[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        except RuntimeError:
+            continue
+    return sizes
 
 
 def _milliseconds(step: Callable[[], object], repeats: int, device: str) -> float:
