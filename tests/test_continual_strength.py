@@ -84,6 +84,7 @@ def run_linear(strength: float | None, protocol: str = "laplace_prior") -> tuple
     return posterior, xs, ys
 
 
+@pytest.mark.slow
 def test_strength_one_is_the_batch_posterior_on_a_linear_gaussian_model() -> None:
     """Sequential updating with λ = 1 where the Laplace is exact: the batch posterior
     N(Λ⁻¹ Xᵀy/σ², Λ⁻¹), Λ = I/σ₀² + XᵀX/σ² (diagonal here)."""
@@ -96,6 +97,7 @@ def test_strength_one_is_the_batch_posterior_on_a_linear_gaussian_model() -> Non
     torch.testing.assert_close(posterior.mean, mean, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_strength_scales_the_carried_precision() -> None:
     """λ = 3: Pₖ = Pₖ₋₁ + λ Gₖ and each episode's MAP under N(mₖ₋₁, Pₖ₋₁⁻¹) is
     mₖ = (Pₖ₋₁ + Gₖ)⁻¹ (Pₖ₋₁ mₖ₋₁ + Xₖᵀyₖ/σ²); the final variance is 1/P."""
@@ -113,6 +115,7 @@ def test_strength_scales_the_carried_precision() -> None:
     assert not torch.allclose(unit.mean, posterior.mean, rtol=1e-4)  # λ moved the later modes
 
 
+@pytest.mark.slow
 def test_single_fits_the_last_episode_alone() -> None:
     """`continual: single`: the last episode's MAP under the original prior alone,
     (I/σ₀² + XₖᵀXₖ/σ²)⁻¹ Xₖᵀyₖ/σ², whatever came before."""

@@ -68,6 +68,7 @@ def test_the_section_renders_the_ratios(measured: dict[str, dict[str, dict]]) ->
     assert "Parallel SGHMC, 3 chains" in text
 
 
+@pytest.mark.slow
 def test_the_gradient_part_measures_and_renders() -> None:
     """Both subsets: the bytes the problem adds and one gradient's times of the floor, one
     chain and K chains; the table renders them, and the command prints them."""

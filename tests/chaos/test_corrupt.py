@@ -57,6 +57,7 @@ def test_a_damaged_entry_is_named_and_recomputed(damage: str, tmp_path: Path) ->
     assert len(runs) == 2 and all("RUNNING" not in statuses for statuses in runs.values()), runs
 
 
+@pytest.mark.slow
 def test_a_plan_over_a_damaged_cache_says_new_not_internal_error(tmp_path: Path) -> None:
     workflow(tmp_path)
     assert invoke(tmp_path, "run", "spec.yaml").exit_code == 0

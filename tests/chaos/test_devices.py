@@ -58,6 +58,7 @@ def test_the_source_has_draws_to_check() -> None:
     assert {"randn", "randperm", "randint"} <= names
 
 
+@pytest.mark.slow
 def test_every_new_tensor_drawn_from_a_generator_names_its_device() -> None:
     missing = [
         f"{file}:{line} {name}(...) in {function}"

@@ -96,6 +96,7 @@ WRITES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("write", sorted(WRITES))
 def test_a_full_disk_is_named_and_a_rerun_finishes(
     write: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

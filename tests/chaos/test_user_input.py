@@ -51,6 +51,7 @@ def test_temperatures_that_would_share_a_name_are_refused(grid: str, expected: s
     assert entries(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_close_temperatures_keep_a_cell_each(tmp_path: Path) -> None:
     """Temperatures that differ within the printed digits keep distinct stage names, keys,
     MLflow params and rows of the results table: a cell each, none merged."""

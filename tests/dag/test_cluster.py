@@ -38,6 +38,7 @@ def committed(cache: Cache, key: str, data: bytes) -> Entry:
     return cache.commit(key, staging, {"size": len(data)})
 
 
+@pytest.mark.slow
 def test_a_stage_runs_on_packed_inputs_outside_the_cache(tmp_path: Path) -> None:
     """The stage reads copies of its inputs and writes into a scratch folder that is not
     the cache's; the result carries the files' bytes and the values, and the driver's
@@ -87,6 +88,7 @@ def _ray_task_error(cause: BaseException, remote: str) -> BaseException:
     return error.as_instanceof_cause()
 
 
+@pytest.mark.slow
 def test_a_remote_failure_names_its_cause_and_node_without_colours() -> None:
     """Type, message and node on the first line; no escape codes; the remote traceback is
     a note, so the traceback ``--debug`` prints shows it."""

@@ -78,6 +78,7 @@ class Clock:
         return time.strftime(pattern)
 
 
+@pytest.mark.slow
 def test_a_second_process_is_refused_without_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """wait=False raises at the first busy try (no pause, no waiting line), naming the
     holder's pid, command, start and the fix."""
@@ -99,6 +100,7 @@ def test_a_second_process_is_refused_without_waiting(tmp_path: Path, monkeypatch
         process.wait(timeout=HANG_SECONDS)
 
 
+@pytest.mark.slow
 def test_a_second_process_waits_then_proceeds(tmp_path: Path) -> None:
     """With wait (the default) the lock is taken once the holder ends; the waiting line is
     said once, however long the wait.
@@ -128,6 +130,7 @@ def test_a_second_process_waits_then_proceeds(tmp_path: Path) -> None:
     process.wait(timeout=HANG_SECONDS)
 
 
+@pytest.mark.slow
 def test_waiting_stops_at_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A timeout raises once it has passed, saying how long it waited and for whom: the
     lock polls in pauses of at most POLL_SECONDS that add up to the timeout, not past it,
@@ -148,6 +151,7 @@ def test_waiting_stops_at_the_timeout(tmp_path: Path, monkeypatch: pytest.Monkey
         process.wait(timeout=HANG_SECONDS)
 
 
+@pytest.mark.slow
 def test_a_killed_holder_does_not_block_the_next_run(tmp_path: Path) -> None:
     """SIGKILL releases the lock with the process; its stale record does not matter."""
     root, flag = tmp_path / "cache", tmp_path / "never"

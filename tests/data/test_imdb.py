@@ -195,6 +195,7 @@ def test_digest_covers_the_token_ids(csv_folder: Path) -> None:
     assert len(digests) == 3
 
 
+@pytest.mark.slow
 def test_shipped_subset_loads_balanced() -> None:
     """package:imdb: 2,000 + 1,000 balanced reviews, ids below vocab_size, files under 2 MiB."""
     dataset = load("package:imdb", vocab_size=5_000)

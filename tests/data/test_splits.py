@@ -67,6 +67,7 @@ def test_an_unwritable_cache_folder_still_splits(cache_home: Path) -> None:
     assert sorted([*train, *test]) == list(range(10))
 
 
+@pytest.mark.slow
 def test_loading_the_digits_a_second_time_imports_neither_sklearn_nor_torch(cache_home: Path) -> None:
     """A run whose stages are all cached loads the data for its digest only."""
     code = (

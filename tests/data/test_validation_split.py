@@ -90,6 +90,7 @@ def test_csv_validation_rows_are_standardised_by_the_training_rows() -> None:
     np.testing.assert_allclose(scaled.x_train.mean(0), 0.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_imdb_holds_validation_reviews_out_of_the_vocabulary() -> None:
     """The shipped subset: 10% of 2,000 training reviews, balanced, encoded with the
     vocabulary of the other 1,800."""

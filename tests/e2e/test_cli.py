@@ -25,10 +25,31 @@ def bayesflow(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """One real run of the tiny workflow, shared by the tests of this module."""
-    folder = tmp_path_factory.mktemp("e2e")
+    """One real run of the tiny workflow, shared by the tests of this module and by the
+    xdist workers: the first worker to ask runs it under a file lock in the session's
+    shared temporary folder, the others read its result (pytest 9 with xdist 3.8 does
+    not honour ``xdist_group``, so the smoke tests may land on different workers)."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent
+    folder, record = shared / "e2e-first-run", shared / "e2e-first-run.json"
+    with FileLock(str(shared / "e2e-first-run.lock")):
+        if not record.is_file():
+            folder.mkdir(exist_ok=True)
+            write(folder, TINY_SPEC)
+            result = bayesflow(folder, "run", "spec.yaml")
+            record.write_text(json.dumps([result.returncode, result.stdout, result.stderr]))
+    returncode, stdout, stderr = json.loads(record.read_text())
+    return folder, subprocess.CompletedProcess([*BAYESFLOW, "run", "spec.yaml"], returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def own_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A run of the tiny workflow for the tests that change what a run left (a rerun, a
+    deleted report): this worker's own, so the readers of ``first_run`` never see it change."""
+    folder = tmp_path_factory.mktemp("e2e-own")
     write(folder, TINY_SPEC)
     return folder, bayesflow(folder, "run", "spec.yaml")
 
@@ -87,10 +108,10 @@ def test_report_is_one_self_contained_html(first_run: tuple[Path, subprocess.Com
     assert sorted(logged) == ["report/report.html", "report/report.ipynb"]
 
 
-def test_rerun_is_a_no_op_and_duplicates_nothing(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_rerun_is_a_no_op_and_duplicates_nothing(own_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """A second run reuses every stage; its parent gets a child per fit pointing to the
     first parent's run that computed it, and the first parent keeps its children."""
-    folder, _ = first_run
+    folder, _ = own_run
     plan = bayesflow(folder, "plan", "spec.yaml", "--json")
     statuses = {row["stage"]: row["status"] for row in json.loads(plan.stdout)}
     assert all(statuses[name] == "cached" for name in statuses if name.startswith(("fit/", "evaluate/")))
@@ -135,9 +156,9 @@ def test_invalid_spec_exits_3_without_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_report_rerenders_from_the_store(first_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_report_rerenders_from_the_store(own_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """`bayesflow report RUN` renders the report again from MLflow, refitting nothing."""
-    folder, _ = first_run
+    folder, _ = own_run
     (html,) = sorted(folder.glob("reports/tiny/*/report.html"))[:1]
     html.unlink()
     result = bayesflow(folder, "report", html.parent.name)

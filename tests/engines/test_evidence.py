@@ -164,6 +164,7 @@ def test_chosen_prior_equals_laplace_torch(task: str, structure: str) -> None:
     assert choice.log_evidence == pytest.approx(float(theirs.log_marginal_likelihood()), rel=1e-9)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("structure", ["diag", "full"])
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_chosen_prior_per_tensor_equals_laplace_torch_layerwise(task: str, structure: str) -> None:
@@ -260,6 +261,7 @@ def test_laplace_evidence_is_exact_for_linear_regression(variance: float, struct
         assert metrics["log_evidence"] < exact - 1e-3
 
 
+@pytest.mark.slow
 def test_chosen_prior_and_noise_match_a_grid_search_of_the_exact_evidence() -> None:
     """On linear regression the chosen (v, σ) maximise the exact evidence (a SciPy grid).
 

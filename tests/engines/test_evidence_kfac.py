@@ -115,6 +115,7 @@ def test_chosen_prior_and_its_posterior_equal_laplace_torch(name: str, task: str
     assert not torch.allclose(found.posterior_var(found.problem, state), their_variances(theirs), rtol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "task"), CASES)
 def test_chosen_prior_per_tensor_equals_laplace_torch_layerwise(name: str, task: str) -> None:
     """One precision per tensor (``auto_per_tensor``) is laplace-torch's layerwise marglik

@@ -154,6 +154,7 @@ def test_invalid_power_or_freedom_is_an_error() -> None:
         minimum_detectable_difference(1.0, 0)
 
 
+@pytest.mark.slow
 def test_the_module_and_the_report_tables_import_without_torch() -> None:
     """The statistics and the report's tables are numpy/SciPy/pandas only: no torch."""
     code = (

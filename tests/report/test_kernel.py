@@ -105,6 +105,7 @@ def _template(folder: Path, text: str, name: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_prestarted_render_is_a_fresh_render_and_leaves_no_kernel(
     tmp_path: Path, taken: list[Any]
 ) -> None:
@@ -128,6 +129,7 @@ def test_prestarted_render_is_a_fresh_render_and_leaves_no_kernel(
     assert kernel.take() is None  # one kernel serves one report
 
 
+@pytest.mark.slow
 def test_failing_cell_in_a_prestarted_kernel(tmp_path: Path, taken: list[Any]) -> None:
     """A cell that raises gives the error a fresh kernel gives, naming the cell and the
     kept notebook, and the kernel process is gone after."""
@@ -149,6 +151,7 @@ def test_failing_cell_in_a_prestarted_kernel(tmp_path: Path, taken: list[Any]) -
     assert [error["ename"] for error in errors] == ["KeyError"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["before_take", "after_take"])
 def test_dead_prestarted_kernel_falls_back_to_a_fresh_one(
     tmp_path: Path, taken: list[Any], monkeypatch: pytest.MonkeyPatch, when: str
@@ -184,6 +187,7 @@ def test_dead_prestarted_kernel_falls_back_to_a_fresh_one(
     assert "greeting: hallo" in printed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["ready", "starting", "interrupted"])
 def test_unused_prestarted_kernel_is_shut_down_at_exit(tmp_path: Path, ending: str) -> None:
     """A process that prestarts a kernel and never renders leaves no kernel behind: when
@@ -215,6 +219,7 @@ def test_unused_prestarted_kernel_is_shut_down_at_exit(tmp_path: Path, ending: s
     assert not _running(pid)
 
 
+@pytest.mark.slow
 def test_a_forked_child_leaves_the_parents_kernel_alone() -> None:
     """A child forked from a process with a prestarted kernel (a user's model may fork)
     does not kill the parent's kernel at its exit."""
@@ -233,6 +238,7 @@ def test_a_forked_child_leaves_the_parents_kernel_alone() -> None:
     assert not _running(pid)
 
 
+@pytest.mark.slow
 def test_a_kernel_not_ready_in_time_is_shut_down_by_its_thread() -> None:
     """take() that gives up waiting returns None, and the kernel, once started, is shut
     down by the thread that started it."""
@@ -248,6 +254,7 @@ def test_a_kernel_not_ready_in_time_is_shut_down_by_its_thread() -> None:
     assert kernel.take() is None
 
 
+@pytest.mark.slow
 def test_a_kernel_no_report_took_is_discarded_when_the_run_ends() -> None:
     """prestarted(True): a run whose report did not render (a stage failed, Ctrl-C)
     leaves no kernel behind, whether it was ready or still starting when the run ended."""

@@ -108,6 +108,7 @@ def test_tiny_template_renders_self_contained_html(tmp_path: Path) -> None:
     assert "plt.plot" not in html  # code input hidden by default
 
 
+@pytest.mark.slow
 def test_cold_posterior_template_renders(tmp_path: Path) -> None:
     """The default template renders every requested figure, the results table and the
     failed cell with its error, from a bundle."""

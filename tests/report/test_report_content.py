@@ -8,6 +8,7 @@ from pathlib import Path
 
 import nbformat
 import pandas as pd
+import pytest
 
 from bayesflow.report import bundle, render_report
 from bayesflow.report.tables import MARK
@@ -33,6 +34,7 @@ def _render(tmp_path: Path, frame: pd.DataFrame, plots: list[str] | None) -> tup
     return report.html, report.html.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_flagged_sweep_renders_offline_with_header_best_and_flags(tmp_path: Path) -> None:
     """Formulas are MathML and no script loads from anywhere; the header names version,
     commit, date, machine and device; the best-temperature table, the flags with their
@@ -50,6 +52,7 @@ def test_a_flagged_sweep_renders_offline_with_header_best_and_flags(tmp_path: Pa
     assert html.count('src="data:image/png;base64,') >= 2
 
 
+@pytest.mark.slow
 def test_a_regression_study_renders_with_rmse_and_no_accuracy(tmp_path: Path) -> None:
     """No accuracy logged: the template draws NLL, RMSE and coverage (its default, from
     the frame), shows RMSE in the tables, and has no sweep section."""

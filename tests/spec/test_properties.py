@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,6 +82,7 @@ def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
     return spec
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=mutated_specs(), through_yaml=st.booleans())
 def test_mutated_specs_load_or_raise_spec_error(spec: dict[str, Any], through_yaml: bool) -> None:

@@ -164,6 +164,7 @@ def test_a_hook_that_cannot_be_opened_fails_the_next_call() -> None:
     hook.close()
 
 
+@pytest.mark.slow
 def test_a_worker_process_makes_the_calls_in_order(tmp_path: Path) -> None:
     path = tmp_path / "calls.jsonl"
     hook = BackgroundHook(functools.partial(FileRecorder, str(path)), process=True)
@@ -185,6 +186,7 @@ def test_a_worker_process_makes_the_calls_in_order(tmp_path: Path) -> None:
     assert hook._worker.exitcode == 0
 
 
+@pytest.mark.slow
 def test_a_worker_process_error_comes_back_as_a_tracking_error(tmp_path: Path) -> None:
     path = tmp_path / "calls.jsonl"
     hook = BackgroundHook(functools.partial(FileRecorder, str(path), fail_on="s1"), process=True)
@@ -198,6 +200,7 @@ def test_a_worker_process_error_comes_back_as_a_tracking_error(tmp_path: Path) -
     assert hook._worker.exitcode == 0
 
 
+@pytest.mark.slow
 def test_a_worker_process_that_dies_is_an_error_not_a_hang(tmp_path: Path) -> None:
     hook = BackgroundHook(functools.partial(FileRecorder, str(tmp_path / "calls.jsonl")), process=True)
     hook.wait()
@@ -209,6 +212,7 @@ def test_a_worker_process_that_dies_is_an_error_not_a_hang(tmp_path: Path) -> No
     hook.close()
 
 
+@pytest.mark.slow
 def test_a_worker_process_ignores_the_signals_that_stop_a_run(tmp_path: Path) -> None:
     """SIGTERM, SIGHUP or SIGINT sent to the worker (as to a whole process group) do not
     end it: it makes every call until it is stopped."""
@@ -223,6 +227,7 @@ def test_a_worker_process_ignores_the_signals_that_stop_a_run(tmp_path: Path) ->
     assert hook._worker.exitcode == 0
 
 
+@pytest.mark.slow
 def test_an_interrupt_with_a_dead_worker_keeps_the_interrupt(tmp_path: Path) -> None:
     """on_interrupt does not raise the worker's death: the interrupt ends the run."""
     hook = BackgroundHook(functools.partial(FileRecorder, str(tmp_path / "calls.jsonl")), process=True)
@@ -234,6 +239,7 @@ def test_an_interrupt_with_a_dead_worker_keeps_the_interrupt(tmp_path: Path) -> 
         hook.close()
 
 
+@pytest.mark.slow
 def test_a_message_the_worker_process_cannot_read_is_an_error_not_a_hang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,6 +254,7 @@ def test_a_message_the_worker_process_cannot_read_is_an_error_not_a_hang(
     assert hook._worker.exitcode == 0
 
 
+@pytest.mark.slow
 def test_a_prestarted_worker_process_is_taken_by_the_next_hook(tmp_path: Path) -> None:
     """prestart() starts the process early; the next process hook uses it, not another."""
     from bayesflow.tracking import background, worker
@@ -264,6 +271,7 @@ def test_a_prestarted_worker_process_is_taken_by_the_next_hook(tmp_path: Path) -
     assert [json.loads(line)[0] for line in path.read_text().splitlines()] == [pid]
 
 
+@pytest.mark.slow
 def test_a_prestarted_worker_from_another_folder_is_not_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

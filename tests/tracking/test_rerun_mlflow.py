@@ -26,6 +26,7 @@ def twice(tmp_path_factory: pytest.TempPathFactory) -> tuple[MlflowTracker, list
     return tracker, [bayesflow.run(prepared, tracker=tracker) for _ in range(2)]
 
 
+@pytest.mark.slow
 def test_both_parents_hold_every_cell_and_the_second_points_to_the_first(twice) -> None:
     """Three cells, three children under each parent; the second run computed nothing and
     each of its children names the first run's child of the same stage."""

@@ -45,6 +45,7 @@ def keeper(folder: Path) -> tuple[subprocess.Popen[str], Path]:
     return process, root
 
 
+@pytest.mark.slow
 def test_a_killed_process_templates_are_swept_by_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

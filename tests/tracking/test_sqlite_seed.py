@@ -39,6 +39,7 @@ def _open(uri: str) -> MlflowTracker:
     return tracker
 
 
+@pytest.mark.slow
 def test_a_seeded_store_is_the_store_mlflow_makes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first store makes the seed; the second is copied from it without a migration;
     both hold what a store MLflow creates itself holds."""
