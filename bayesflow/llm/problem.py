@@ -5,7 +5,9 @@ The flat vector the engines see holds the trainable tensors (LoRA adapters, a la
 decoder layer): small. The frozen weights stay in the model, held once (never flattened,
 never copied per chain, seed or stage); the forward pass is
 ``functional_call(model, trainable, inputs, strict=False)``, which swaps in only the
-trainable entries, so under ``vmap`` over chains the frozen weights are shared.
+trainable entries, so under ``vmap`` over chains the frozen weights are shared. When the
+trainable tensors start at decoder layer k > 0, the frozen layers below k run once per
+windows for every chain and member (:mod:`bayesflow.llm.trunk`).
 
 The trainable state is float32 ("master weights") and is cast to each tensor's own dtype
 (the frozen weights' ``dtype``, or peft's float32 adapters) inside the forward; the
@@ -28,6 +30,7 @@ from torch.func import functional_call
 from bayesflow.engines.base import Problem
 from bayesflow.errors import SpecError
 from bayesflow.llm.likelihood import NextToken
+from bayesflow.llm.trunk import split_trunk
 from bayesflow.priors import Prior
 
 __all__ = ["NextToken", "build_lm_problem", "check_window", "context_of", "trainable_values"]
@@ -72,6 +75,7 @@ def build_lm_problem(
     num_data: int,
     scored: int,
     device: torch.device | str = "cpu",
+    share_trunk: bool = True,
 ) -> Problem:
     """The problem over the tensors ``names`` of ``model``, the rest frozen in place.
 
@@ -84,8 +88,12 @@ def build_lm_problem(
             positions L − S − 1 … L − 2 predict tokens L − S … L − 1 (only the last S + 1
             positions go through the output layer).
         device: where the model and the data live.
+        share_trunk: compute the frozen layers below the first trainable one once per
+            windows for every chain and member (:mod:`bayesflow.llm.trunk`); False runs
+            the whole forward in every call (the reference the tests compare against).
     """
     device = torch.device(device)
+    trunk = split_trunk(model, names) if share_trunk else None
     likelihood = NextToken()
     tensors = trainable_values(model, names)
     shapes = tuple(tuple(value.shape) for value in tensors.values())
@@ -100,6 +108,8 @@ def build_lm_problem(
         pieces = params.split(sizes)
         swapped = {name: piece.reshape(shape).to(dtype)
                    for name, piece, shape, dtype in zip(names, pieces, shapes, dtypes)}
+        if trunk is not None:
+            return trunk.logits(model, swapped, inputs.long(), keep).float()
         options = {"use_cache": False, "logits_to_keep": keep}
         return functional_call(model, swapped, (inputs.long(),), options, strict=False).logits.float()
 

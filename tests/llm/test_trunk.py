@@ -1,0 +1,119 @@
+"""The frozen trunk computed once: values and gradients of K chains under ``vmap`` equal
+the whole forward's, for LoRA and a glob on the last layer of a llama and a gpt2; a
+subset that starts in layer 0 shares nothing; the trunk is reused for the same windows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import vmap
+
+from bayesflow.engines.base import ChainBatch
+from bayesflow.engines.gradient import chain_gradient
+from bayesflow.llm import build_causal_lm
+from bayesflow.llm.problem import build_lm_problem
+from bayesflow.llm.trunk import split_trunk
+from bayesflow.priors import diag_normal
+from tests.llm.conftest import tiny
+from tests.numerics import reordered
+
+LENGTH, SCORED, WINDOWS, CHAINS, LAYERS = 12, 4, 5, 3, 3
+SUBSETS = {
+    "lora_llama": tiny(layers=LAYERS, trainable={"lora": {
+        "r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj"], "layers": [-1]}}),
+    "last_layer_llama": tiny(layers=LAYERS, trainable={"parameters": ["model.layers.2.*"]}),
+    "lora_gpt2": tiny("gpt2", layers=LAYERS, trainable={"lora": {
+        "r": 2, "alpha": 4, "target_modules": ["c_attn"], "layers": [-1]}}),
+    "last_layer_gpt2": tiny("gpt2", layers=LAYERS, trainable={"parameters": ["transformer.h.2.*"]}),
+}
+FIRST_LAYER = {
+    "llama": tiny(layers=LAYERS, trainable={"parameters": ["model.layers.0.*", "model.layers.2.*"]}),
+    "gpt2": tiny("gpt2", layers=LAYERS, trainable={"lora": {
+        "r": 2, "alpha": 4, "target_modules": ["c_attn"], "layers": [0]}}),
+    "embeddings": tiny(layers=LAYERS, trainable={"parameters": ["model.embed_tokens.*"]}),
+}
+# The largest sum: a logit over the hidden width and the log-softmax over the vocabulary,
+# per window and position.
+TERMS = 256 * LENGTH
+
+
+def problems(subset: str) -> tuple:
+    """The problem with the trunk shared and the same model's whole-forward problem."""
+    torch.manual_seed(0)
+    model, names = build_causal_lm(SUBSETS[subset])
+    shared = build_lm_problem(model, names, diag_normal(0.5), WINDOWS * SCORED, SCORED)
+    whole = build_lm_problem(model, names, diag_normal(0.5), WINDOWS * SCORED, SCORED, share_trunk=False)
+    chains = torch.stack([shared.init_params(torch.Generator().manual_seed(s)) for s in range(CHAINS)])
+    chains = chains + 0.05 * torch.randn_like(chains)  # LoRA's B off zero: gradients reach A
+    windows = torch.randint(0, 256, (WINDOWS, LENGTH), generator=torch.Generator().manual_seed(1))
+    return shared, whole, chains, (windows, windows[:, LENGTH - SCORED :])
+
+
+@pytest.mark.parametrize("subset", sorted(SUBSETS))
+def test_the_trunk_starts_at_the_last_layer(subset: str) -> None:
+    """A last-layer subset or LoRA on the last layer shares layers 0 and 1."""
+    model, names = build_causal_lm(SUBSETS[subset])
+    trunk = split_trunk(model, names)
+    assert trunk is not None and trunk.start == LAYERS - 1
+
+
+@pytest.mark.parametrize("subset", sorted(SUBSETS))
+def test_shared_values_equal_the_whole_forward_under_vmap(subset: str) -> None:
+    """K chains' logits (vmapped over the parameters) equal the whole forward's."""
+    shared, whole, chains, (windows, _) = problems(subset)
+    with torch.no_grad():
+        expected = vmap(whole.forward, in_dims=(0, None))(chains, windows)
+        found = vmap(shared.forward, in_dims=(0, None))(chains, windows)
+        again = vmap(shared.forward, in_dims=(0, None))(chains, windows)  # the kept trunk
+        every = vmap(lambda p: shared.logits(p, windows, 0))(chains)
+    assert found.shape == (CHAINS, WINDOWS, SCORED, 256)
+    torch.testing.assert_close(found, expected, **reordered(torch.float32, TERMS))
+    torch.testing.assert_close(again, found, rtol=0, atol=0)
+    torch.testing.assert_close(every[..., -SCORED - 1 : -1, :], expected, **reordered(torch.float32, TERMS))
+
+
+@pytest.mark.parametrize("subset", sorted(SUBSETS))
+def test_shared_gradients_equal_the_whole_forward(subset: str) -> None:
+    """The chains' gradients and values, shared windows and one batch per chain, equal the
+    whole forward's (one chain too, which runs without vmap)."""
+    shared, whole, chains, batch = problems(subset)
+    own = ChainBatch(batch[0].expand(CHAINS, -1, -1), batch[1].expand(CHAINS, -1, -1))
+    for data in (batch, own):
+        grads, values = chain_gradient(shared, 1.0)(chains, data)
+        expected_grads, expected_values = chain_gradient(whole, 1.0)(chains, data)
+        scale = float(expected_grads.abs().max())
+        assert scale > 0
+        torch.testing.assert_close(values, expected_values, **reordered(torch.float32, TERMS))
+        torch.testing.assert_close(grads, expected_grads, **reordered(torch.float32, TERMS, scale=scale))
+    one, _ = chain_gradient(shared, 1.0)(chains[:1], batch)
+    torch.testing.assert_close(one[0], chain_gradient(whole, 1.0)(chains[:1], batch)[0][0],
+                               **reordered(torch.float32, TERMS, scale=scale))
+
+
+@pytest.mark.parametrize("subset", sorted(FIRST_LAYER))
+def test_a_subset_from_layer_zero_or_the_embeddings_shares_nothing(subset: str) -> None:
+    """Trainable tensors in layer 0 or the embeddings: no trunk, the whole forward."""
+    model, names = build_causal_lm(FIRST_LAYER[subset])
+    assert split_trunk(model, names) is None
+
+
+def test_the_trunk_is_computed_once_for_the_same_windows() -> None:
+    """The first layers run once for K chains and again only for other windows."""
+    shared, _, chains, (windows, _) = problems("last_layer_llama")
+    calls: list[bool] = []
+    layer = shared.module.model.layers[0]  # type: ignore[union-attr]
+    handle = layer.register_forward_hook(lambda *_: calls.append(True))
+    try:
+        with torch.no_grad():
+            for _ in range(2):
+                vmap(shared.forward, in_dims=(0, None))(chains, windows)
+            for member in chains:  # a loop over members reads the kept trunk too
+                shared.forward(member, windows)
+            assert len(calls) == 1
+            shared.forward(chains[0], windows.clone())
+            assert len(calls) == 2
+            windows[0, 0] = (windows[0, 0] + 1) % 256  # changed in place: computed again
+            shared.forward(chains[0], windows)
+            assert len(calls) == 3
+    finally:
+        handle.remove()
