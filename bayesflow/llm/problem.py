@@ -7,7 +7,7 @@ never copied per chain, seed or stage); the forward pass is
 ``functional_call(model, trainable, inputs, strict=False)``, which swaps in only the
 trainable entries, so under ``vmap`` over chains the frozen weights are shared. When the
 trainable tensors start at decoder layer k > 0, the frozen layers below k run once per
-windows for every chain and member (:mod:`bayesflow.llm.trunk`).
+window for every chain, member and epoch (:mod:`bayesflow.llm.trunk`).
 
 The trainable state is float32 ("master weights") and is cast to each tensor's own dtype
 (the frozen weights' ``dtype``, or peft's float32 adapters) inside the forward; the
@@ -30,7 +30,7 @@ from torch.func import functional_call
 from bayesflow.engines.base import Problem
 from bayesflow.errors import SpecError
 from bayesflow.llm.likelihood import NextToken
-from bayesflow.llm.trunk import split_trunk
+from bayesflow.llm.trunk import kept_budget, split_trunk
 from bayesflow.priors import Prior
 
 __all__ = ["NextToken", "build_lm_problem", "check_window", "context_of", "trainable_values"]
@@ -89,11 +89,11 @@ def build_lm_problem(
             positions go through the output layer).
         device: where the model and the data live.
         share_trunk: compute the frozen layers below the first trainable one once per
-            windows for every chain and member (:mod:`bayesflow.llm.trunk`); False runs
+            window for every chain, member and epoch (:mod:`bayesflow.llm.trunk`); False runs
             the whole forward in every call (the reference the tests compare against).
     """
     device = torch.device(device)
-    trunk = split_trunk(model, names) if share_trunk else None
+    trunk = split_trunk(model, names, kept_budget(device)) if share_trunk else None
     likelihood = NextToken()
     tensors = trainable_values(model, names)
     shapes = tuple(tuple(value.shape) for value in tensors.values())

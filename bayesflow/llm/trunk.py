@@ -7,16 +7,17 @@ the embeddings and layers ``0 … k − 1`` are frozen. :class:`Trunk` splits th
 - **the trunk**: the model's own forward up to layer ``k``, run without gradients and
   outside any ``vmap`` over chains, stopped by a pre-hook on layer ``k`` that records what
   the layer receives: the hidden states and the arguments every later layer reads too (the
-  attention mask, the rotary cos/sin or position ids). The last result is kept, keyed by
-  the windows tensor itself (its storage, shape, strides and version), so the next call on
-  the same windows (the members' chunks of an evaluation, a full-batch fit's next step, a
-  statement set's chunks) reuses it;
+  attention mask, the rotary cos/sin or position ids). Each window's hidden states are
+  kept, keyed by its tokens, while they fit :func:`kept_budget` (a quarter of the memory
+  budget), so a window met again (in the next epoch of a fit, by the next member of an
+  ensemble, in the next chunk of an evaluation or statement set) is read back rather than
+  computed; only the windows not yet kept run through the trunk;
 - **the head**: layers ``k …``, the final norm and the output layer, called through
   ``functional_call`` with the trainable tensors swapped in, under ``vmap`` and autograd
   as before.
 
 Under ``vmap(forward, in_dims=(0, None))`` torch already runs the unbatched trunk once per
-call; the split adds the reuse across calls and the same sharing to a loop over members.
+call; the split adds the reuse across calls (epochs, members, chunks).
 Windows batched per chain (a :class:`~bayesflow.engines.base.ChainBatch` under ``vmap``)
 run the trunk per chain and are not kept. A model whose trainable tensors include the
 embeddings or layer 0, or an architecture not in :data:`LAYOUTS`, gets no trunk
@@ -33,10 +34,13 @@ from torch import Tensor, nn
 from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.func import functional_call
 
-__all__ = ["LAYOUTS", "Layout", "Trunk", "split_trunk"]
+__all__ = ["KEPT_SHARE", "LAYOUTS", "Layout", "Trunk", "kept_budget", "split_trunk"]
 
 # peft's LoRA wrapper keeps the causal language model here (its parameter names start so).
 PEFT_PREFIX = "base_model.model."
+# The share of the memory budget a trunk may fill with kept hidden states (the rest is
+# for the forward passes, the chains and the data).
+KEPT_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,9 @@ class Trunk:
         start: the first layer holding a trainable tensor (``len(layers)``: only the
             final norm or the output layer trains).
         norm, head: its final norm and output layer.
+        budget: bytes the kept hidden states may take (:func:`kept_budget`); windows
+            beyond it run through the trunk in every call.
+        computed: windows run through the trunk so far (the others were read back).
     """
 
     root: nn.Module
@@ -119,34 +126,52 @@ class Trunk:
     start: int
     norm: nn.Module
     head: nn.Module
+    budget: int = 0
+    computed: int = 0
     _module: _Head | None = None
-    _kept: list[Any] = field(default_factory=list)
+    _rows: dict[bytes, Tensor] = field(default_factory=dict)
+    _kept_bytes: int = 0
 
     def entered(self, inputs: Tensor) -> Entered:
-        """What layer ``start`` receives for the windows ``inputs``: the last windows'
-        result when ``inputs`` is the same tensor, unchanged; computed without gradients."""
-        key = _key(inputs)
-        if key is not None and self._kept and self._kept[1] == key:
-            return self._kept[2]  # type: ignore[no-any-return]
+        """What layer ``start`` receives for the windows ``inputs`` (computed without
+        gradients). Each window's hidden states are kept, keyed by its tokens, while they
+        fit the budget: a window met again (the next epoch, the next member, the next
+        chunk) is read back, and only the windows not kept run through the trunk."""
         target = self.layers[self.start] if self.start < len(self.layers) else self.norm
-        recorded: list[Entered] = []
+        if not _keepable(inputs):
+            self.computed += int(inputs.shape[0]) if inputs.dim() == 2 else 1
+            return _record(self.root, inputs, target)
+        keys = [row.tobytes() for row in inputs.detach().cpu().numpy()]
+        first: dict[bytes, int] = {}
+        for index, key in enumerate(keys):
+            if key not in self._rows:
+                first.setdefault(key, index)  # each new window once
+        if len(first) == len(keys) and not self._room(len(keys), inputs):
+            self.computed += len(keys)  # nothing kept and no room: the plain trunk
+            return _record(self.root, inputs, target)
+        fresh: dict[bytes, Tensor] = {}
+        if first:
+            hidden = _record(self.root, inputs[list(first.values())], target).hidden()
+            self.computed += len(first)
+            for row, key in enumerate(first):
+                fresh[key] = hidden[row]
+                if self._room(1, inputs):
+                    self._rows[key] = hidden[row].clone()
+                    self._kept_bytes += hidden[row].numel() * hidden.element_size()
+        # Every decoder layer reads the same arguments (LAYOUTS): layer 0's, for these
+        # windows (their embeddings, masks and positions only: cheap), the hidden states swapped.
+        base = _record(self.root, inputs, self.layers[0])
+        hidden = torch.stack([self._rows[key] if key in self._rows else fresh[key] for key in keys])
+        if base.args:
+            return Entered((hidden, *base.args[1:]), base.kwargs)
+        return Entered(base.args, {**base.kwargs, "hidden_states": hidden})
 
-        def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            recorded.append(Entered(args, dict(kwargs)))
-            raise _Reached
-
-        handle = target.register_forward_pre_hook(record, with_kwargs=True)
-        try:
-            with torch.no_grad():
-                self.root(inputs, use_cache=False)
-        except _Reached:
-            pass
-        finally:
-            handle.remove()
-        entered = recorded[0]
-        if key is not None:  # the windows are held, so their address cannot be reused
-            self._kept[:] = [inputs, key, entered]
-        return entered
+    def _room(self, windows: int, inputs: Tensor) -> bool:
+        """Whether ``windows`` more windows of ``inputs``' length fit the budget."""
+        config = self.root.config
+        width = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0))
+        per_window = int(inputs.shape[-1]) * width * _element_size(self.root)
+        return self._kept_bytes + windows * per_window <= self.budget
 
     def logits(self, model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor, keep: int) -> Tensor:
         """The logits of the last ``keep`` positions, the trainable tensors ``swapped``
@@ -157,15 +182,49 @@ class Trunk:
         return functional_call(self._module, named, (self.entered(inputs), keep), strict=False)  # type: ignore[no-any-return]
 
 
-def _key(inputs: Tensor) -> tuple[Any, ...] | None:
-    """What identifies unchanged windows while their storage is held; None for windows
-    that must not be kept (batched per chain under ``vmap``, or traced by a compiler)."""
-    if is_functorch_wrapped_tensor(inputs) or torch.compiler.is_compiling():
-        return None
-    return (inputs.data_ptr(), tuple(inputs.shape), inputs.stride(), inputs._version, inputs.dtype, inputs.device)
+def _record(root: nn.Module, inputs: Tensor, target: nn.Module) -> Entered:
+    """What ``target`` receives when ``root`` runs on ``inputs`` (no gradients; the forward
+    stops there)."""
+    recorded: list[Entered] = []
+
+    def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        recorded.append(Entered(args, dict(kwargs)))
+        raise _Reached
+
+    handle = target.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            root(inputs, use_cache=False)
+    except _Reached:
+        pass
+    finally:
+        handle.remove()
+    return recorded[0]
 
 
-def split_trunk(model: nn.Module, names: tuple[str, ...]) -> Trunk | None:
+def _element_size(module: nn.Module) -> int:
+    """Bytes per element of ``module``'s floating-point weights (its hidden states' dtype)."""
+    for value in module.parameters():
+        if value.is_floating_point():
+            return int(value.element_size())
+    return 4
+
+
+def _keepable(inputs: Tensor) -> bool:
+    """Whether the windows ``inputs`` can be read as plain tokens (a matrix, not batched
+    per chain under ``vmap``, nor traced by a compiler)."""
+    return inputs.dim() == 2 and not (is_functorch_wrapped_tensor(inputs) or torch.compiler.is_compiling())
+
+
+def kept_budget(device: torch.device | str) -> int:
+    """Bytes a trunk may keep: :data:`KEPT_SHARE` of the memory budget of
+    :mod:`bayesflow.engines.memory` (``BAYESFLOW_MEMORY_LIMIT``, or the device's free memory)."""
+    from bayesflow.engines.memory import memory_budget
+
+    return int(KEPT_SHARE * memory_budget(torch.device(device)))
+
+
+def split_trunk(model: nn.Module, names: tuple[str, ...], budget: int = 0) -> Trunk | None:
     """The trunk of ``model`` below its first trainable decoder layer, or None where
     nothing is shared: an unknown architecture, or a trainable tensor in the embeddings
     or layer 0 (or anywhere outside the decoder layers, final norm and output layer)."""
@@ -191,4 +250,4 @@ def split_trunk(model: nn.Module, names: tuple[str, ...]) -> Trunk | None:
             return None
     if start == 0:
         return None
-    return Trunk(root, layers, start, norm, head)
+    return Trunk(root, layers, start, norm, head, budget)

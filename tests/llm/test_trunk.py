@@ -97,23 +97,57 @@ def test_a_subset_from_layer_zero_or_the_embeddings_shares_nothing(subset: str) 
     assert split_trunk(model, names) is None
 
 
-def test_the_trunk_is_computed_once_for_the_same_windows() -> None:
-    """The first layers run once for K chains and again only for other windows."""
+def test_each_window_runs_through_the_trunk_once() -> None:
+    """The first layers run once per window: for K chains, for a loop over members, for
+    the same windows in another tensor or order (the next epoch's minibatches), and again
+    only for a window whose tokens changed."""
     shared, _, chains, (windows, _) = problems("last_layer_llama")
-    calls: list[bool] = []
+    calls: list[int] = []
     layer = shared.module.model.layers[0]  # type: ignore[union-attr]
-    handle = layer.register_forward_hook(lambda *_: calls.append(True))
+    handle = layer.register_forward_hook(lambda _m, args, _o: calls.append(int(args[0].shape[0])))
     try:
         with torch.no_grad():
             for _ in range(2):
                 vmap(shared.forward, in_dims=(0, None))(chains, windows)
-            for member in chains:  # a loop over members reads the kept trunk too
+            for member in chains:  # a loop over members reads the kept windows too
                 shared.forward(member, windows)
-            assert len(calls) == 1
-            shared.forward(chains[0], windows.clone())
-            assert len(calls) == 2
-            windows[0, 0] = (windows[0, 0] + 1) % 256  # changed in place: computed again
+            assert calls == [WINDOWS]
+            shared.forward(chains[0], windows.flip(0).clone())  # the next epoch's order
+            shared.forward(chains[0], windows[1:3])  # a minibatch of kept windows
+            assert calls == [WINDOWS]
+            windows[0, 0] = (windows[0, 0] + 1) % 256  # one window changed: it alone runs
             shared.forward(chains[0], windows)
-            assert len(calls) == 3
+            assert calls == [WINDOWS, 1]
     finally:
         handle.remove()
+
+
+def test_kept_windows_give_the_values_of_the_whole_forward_in_any_order() -> None:
+    """Logits from kept windows, in another order and mixed with new ones, equal the whole
+    forward's."""
+    shared, whole, chains, (windows, _) = problems("lora_llama")
+    other = torch.randint(0, 256, (2, LENGTH), generator=torch.Generator().manual_seed(7))
+    mixed = torch.cat([windows[[3, 0]], other, windows[[0]]])
+    with torch.no_grad():
+        vmap(shared.forward, in_dims=(0, None))(chains, windows)  # keeps the windows
+        found = vmap(shared.forward, in_dims=(0, None))(chains, mixed)
+        expected = vmap(whole.forward, in_dims=(0, None))(chains, mixed)
+    torch.testing.assert_close(found, expected, **reordered(torch.float32, TERMS))
+
+
+def test_no_budget_keeps_nothing_and_computes_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a budget too small for one window the trunk runs in every call (same values)."""
+    monkeypatch.setenv("BAYESFLOW_MEMORY_LIMIT", "100")
+    shared, whole, chains, (windows, _) = problems("last_layer_gpt2")
+    calls: list[int] = []
+    layer = shared.module.transformer.h[0]  # type: ignore[union-attr]
+    handle = layer.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        with torch.no_grad():
+            first = shared.forward(chains[0], windows)
+            second = shared.forward(chains[0], windows)
+    finally:
+        handle.remove()
+    assert len(calls) == 2
+    torch.testing.assert_close(second, first, rtol=0, atol=0)
+    torch.testing.assert_close(first, whole.forward(chains[0], windows).detach(), **reordered(torch.float32, TERMS))
