@@ -63,11 +63,23 @@ display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %%
 ood = settings.get("ood", "cipher")
-source = (f"their letter-substitution cipher (seed {settings.get('cipher_seed', 0)}): a "
-          "stand-in for the paper's Samoan translations, a text no English corpus holds"
-          if ood == "cipher" else f"the statements of `{ood}`")
+sets = {"ood": ood} if isinstance(ood, str) else dict(ood)
+
+
+def described(source):
+    if source == "cipher":
+        return (f"the letter-substitution cipher (seed {settings.get('cipher_seed', 0)}) of the "
+                "in-distribution statements: a text no English corpus holds")
+    return f"the statements of `{source}`"
+
+
+named = "; ".join(described(source) if name == "ood" else f"**{name}**: {described(source)}"
+                  for name, source in sets.items())
 display(Markdown(f"In distribution: the statements of `{settings.get('in_distribution', '?')}`. "
-                 f"Out of distribution: {source}."))
+                 f"Out of distribution ({len(sets)} set{'s' if len(sets) > 1 else ''}): {named}. "
+                 "The paper's out-of-distribution set is the statements translated into Samoan."))
+ends = {name: ("" if name == "ood" else f"_{name}") for name in sets}
+tags = {name: ("" if name == "ood" else f", {name}") for name in sets}
 
 # %% [markdown]
 # ## What ran
@@ -81,14 +93,14 @@ display(Markdown(sections.what_ran(frame)))
 # Mean over seeds (± standard deviation with several seeds). The first two columns score
 # a statement by its TU or EU summed over the word's tokens; the last two by the same
 # divided by the number of tokens. A sum grows with the word's length, which varies
-# between statements as much as between the two sets (a cipher keeps every length), so
-# the per-token scores compare the words' uncertainty without it.
+# between statements as much as between the sets (a cipher keeps every length), so the
+# per-token scores compare the words' uncertainty without it. With several
+# out-of-distribution sets, each has its columns.
 
 # %%
-table_1 = statement_report.statement_table(
-    frame, {"statements_auroc_tu": "AUROC (TU)", "statements_auroc_eu": "AUROC (EU)",
-            "statements_auroc_tu_per_token": "AUROC (TU per token)",
-            "statements_auroc_eu_per_token": "AUROC (EU per token)"}, order)
+table_1 = statement_report.statement_table(frame, {
+    f"statements_auroc_{score}{suffix}{ends[name]}": f"AUROC ({score.upper()}{' per token' if suffix else ''}{tags[name]})"
+    for name in sets for suffix in ("", "_per_token") for score in ("tu", "eu")}, order)
 display(sections.styled(table_1) if not table_1.empty else Markdown("_No fit logged statements metrics._"))
 
 # %% [markdown]
@@ -99,7 +111,8 @@ display(sections.styled(table_1) if not table_1.empty else Markdown("_No fit log
 
 # %%
 table_2 = statement_report.statement_table(frame, {
-    "statements_nll_in": "NLL, in-distribution", "statements_nll_ood": "NLL, out-of-distribution",
+    "statements_nll_in": "NLL, in-distribution",
+    **{f"statements_nll_{name}": ("NLL, out-of-distribution" if name == "ood" else f"NLL, {name}") for name in sets},
     "test_nll": "test NLL per token (held-out text)"}, order)
 display(sections.styled(table_2) if not table_2.empty else Markdown("_No fit logged statements metrics._"))
 

@@ -35,7 +35,7 @@ class Dataset:
     ``reference`` holds the class probabilities of ``evaluate.reference.file``
     (:mod:`bayesflow.data.reference`), one row per compared point; the digest ignores it
     too (it is part of the evaluations' keys, not the fits'), and so does ``statements``, the
-    in-distribution and out-of-distribution texts of ``evaluate.statements``
+    in-distribution texts of ``evaluate.statements`` then each out-of-distribution set's
     (:mod:`bayesflow.data.statements`).
     """
 
@@ -54,7 +54,7 @@ class Dataset:
     x_validation: np.ndarray | None = None
     y_validation: np.ndarray | None = None
     reference: np.ndarray | None = None
-    statements: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    statements: tuple[tuple[str, ...], ...] | None = None
 
     @property
     def has_validation(self) -> bool:

@@ -26,20 +26,29 @@ __all__ = ["KEY", "check_statement_lengths", "statement_encoder", "statement_set
 KEY = "evaluate.statements"
 
 
-def statement_sets(settings: Any, base_dir: Path | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The in-distribution statements of ``settings`` (a ``StatementsSpec``) and the
-    out-of-distribution ones: their cipher, or a file's.
+def statement_sets(settings: Any, base_dir: Path | None) -> tuple[tuple[str, ...], ...]:
+    """The in-distribution statements of ``settings`` (a ``StatementsSpec``), then each
+    out-of-distribution set of :meth:`~bayesflow.spec.statements.StatementsSpec.ood_sets`
+    in its order: a cipher of the in-distribution ones, or a file's.
 
     Raises:
         SpecError: a file is missing, empty, not UTF-8 or holds a line without a word to
-            score, naming the key (``evaluate.statements.in_distribution`` or ``.ood``).
+            score, naming the key (``evaluate.statements.in_distribution``, ``.ood`` or
+            ``.ood.<name>``).
     """
     inside = _read(settings.in_distribution, f"{KEY}.in_distribution", base_dir)
-    if settings.ood == CIPHER:
-        outside = cipher(inside, settings.cipher_seed)
-    else:
-        outside = _read(settings.ood, f"{KEY}.ood", base_dir)
-    return tuple(inside), tuple(outside)
+    sets = [tuple(inside)]
+    for name, source in settings.ood_sets():
+        if source == CIPHER:
+            sets.append(tuple(cipher(inside, settings.cipher_seed)))
+        else:
+            sets.append(tuple(_read(source, _ood_key(settings, name), base_dir)))
+    return tuple(sets)
+
+
+def _ood_key(settings: Any, name: str) -> str:
+    """The spec key of the OOD set ``name``: ``evaluate.statements.ood`` or ``.ood.<name>``."""
+    return f"{KEY}.ood" if isinstance(settings.ood, str) else f"{KEY}.ood.{name}"
 
 
 def _read(path: str, where: str, base_dir: Path | None) -> list[str]:
@@ -94,19 +103,20 @@ def check_statement_lengths(dataset: Dataset, spec: Any, base_dir: Path | None, 
     if settings is None or dataset.statements is None:
         return
     encoder = statement_encoder(spec, base_dir, [text for group in dataset.statements for text in group])
-    keys = (f"{KEY}.in_distribution", f"{KEY}.ood")
-    for key, group in zip(keys, dataset.statements):
+    sources = [(f"{KEY}.in_distribution", settings.in_distribution)]
+    sources += [(_ood_key(settings, name), source) for name, source in settings.ood_sets()]
+    for (key, source), group in zip(sources, dataset.statements):
         for index, statement in enumerate(group):
             tokens = sum(len(encoder(piece)) for piece in split_statement(statement))
             if tokens > context:
-                raise SpecError(_too_long(settings, key, index, tokens, context, spec.data.tokenizer, base_dir))
+                raise SpecError(_too_long(settings, key, source, index, tokens, context, spec.data.tokenizer,
+                                          base_dir))
 
 
-def _too_long(settings: Any, key: str, index: int, tokens: int, context: int, tokenizer: str,
+def _too_long(settings: Any, key: str, source: str, index: int, tokens: int, context: int, tokenizer: str,
               base_dir: Path | None) -> str:
-    ciphered = key.endswith(".ood") and settings.ood == CIPHER
-    path = resolve_path(settings.in_distribution if ciphered or key.endswith("in_distribution") else settings.ood,
-                        base_dir)
+    ciphered = source == CIPHER and key != f"{KEY}.in_distribution"
+    path = resolve_path(settings.in_distribution if ciphered else source, base_dir)
     line = numbered_statements(path, key)[index][0]
     place = (f"the cipher of {str(path)!r} line {line}" if ciphered else f"{str(path)!r} line {line}")
     unit = "byte tokens (UTF-8 bytes)" if tokenizer == "bytes" else "tokens of the model folder's tokenizer"

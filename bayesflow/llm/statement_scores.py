@@ -149,25 +149,27 @@ def _word_log_probs(
     return log_probs, owner, torch.as_tensor(targets, device=device)
 
 
-def statement_metrics(inside: StatementScores, outside: StatementScores) -> dict[str, float]:
-    """The summary of an in-distribution and an out-of-distribution set: the mean NLL,
-    TU, AU and EU of each (``statements_nll_in``, ``statements_tu_ood``, ...) and the
-    AUROC of TU and of EU telling OOD (label 1) from in-distribution (label 0),
-    ``statements_auroc_tu`` and ``statements_auroc_eu`` (0.5 is chance; one member
+def statement_metrics(inside: StatementScores, outside: StatementScores, name: str = "ood") -> dict[str, float]:
+    """The summary of an in-distribution and an out-of-distribution set named ``name``:
+    the mean NLL, TU, AU and EU of each (``statements_nll_in``, ``statements_tu_<name>``,
+    ...) and the AUROC of TU and of EU telling OOD (label 1) from in-distribution (label
+    0), ``statements_auroc_tu`` and ``statements_auroc_eu`` (0.5 is chance; one member
     gives EU = 0 everywhere, so an AUROC of EU of exactly 0.5); and the AUROC of TU and
     of EU per token of the word (divided by J), ``statements_auroc_tu_per_token`` and
     ``statements_auroc_eu_per_token``: a sum over the word's tokens grows with its length,
     which varies between statements as much as between the sets (a cipher keeps every
-    length), so the per-token score compares the words' uncertainty without it."""
+    length), so the per-token score compares the words' uncertainty without it. The
+    AUROCs of a set not named ``ood`` end in ``_<name>`` (``statements_auroc_eu_cipher``)."""
     metrics: dict[str, float] = {}
-    for suffix, scores in (("in", inside), ("ood", outside)):
-        for name, values in (("nll", scores.nll), ("tu", scores.total),
+    for suffix, scores in (("in", inside), (name, outside)):
+        for kind, values in (("nll", scores.nll), ("tu", scores.total),
                              ("au", scores.aleatoric), ("eu", scores.epistemic)):
-            metrics[f"statements_{name}_{suffix}"] = float(np.mean(values))
-    metrics["statements_auroc_tu"] = ood_auroc(inside.total, outside.total)
-    metrics["statements_auroc_eu"] = ood_auroc(inside.epistemic, outside.epistemic)
-    metrics["statements_auroc_tu_per_token"] = ood_auroc(inside.total / inside.tokens,
-                                                         outside.total / outside.tokens)
-    metrics["statements_auroc_eu_per_token"] = ood_auroc(inside.epistemic / inside.tokens,
-                                                         outside.epistemic / outside.tokens)
+            metrics[f"statements_{kind}_{suffix}"] = float(np.mean(values))
+    end = "" if name == "ood" else f"_{name}"
+    metrics[f"statements_auroc_tu{end}"] = ood_auroc(inside.total, outside.total)
+    metrics[f"statements_auroc_eu{end}"] = ood_auroc(inside.epistemic, outside.epistemic)
+    metrics[f"statements_auroc_tu_per_token{end}"] = ood_auroc(inside.total / inside.tokens,
+                                                               outside.total / outside.tokens)
+    metrics[f"statements_auroc_eu_per_token{end}"] = ood_auroc(inside.epistemic / inside.tokens,
+                                                               outside.epistemic / outside.tokens)
     return metrics

@@ -108,7 +108,8 @@ def uncertainty_distributions(
     methods += [method for method in present if method not in methods]
     count = max(len(methods), 1)
     figure, axes = plt.subplots(len(SCORES), count, figsize=(3.2 * count, 5.6), squeeze=False)
-    palette = dict(zip(INPUTS, sns.color_palette(n_colors=2)))
+    sets = list(INPUTS) if set(pd.unique(long["inputs"])) <= set(INPUTS) else list(pd.unique(long["inputs"]))
+    palette = dict(zip(sets, sns.color_palette(n_colors=len(sets))))
     for column, method in enumerate(methods):
         subset = long.loc[long["method"] == method]
         for row, (score, (symbol, label)) in enumerate(SCORES.items()):
@@ -116,7 +117,7 @@ def uncertainty_distributions(
             upper = float(subset[score].max())
             edges = np.linspace(0.0, upper if upper > 0 else 1.0, bins + 1)
             sns.histplot(
-                data=subset, x=score, hue="inputs", hue_order=list(INPUTS), stat="density", common_norm=False,
+                data=subset, x=score, hue="inputs", hue_order=sets, stat="density", common_norm=False,
                 bins=edges, element="step", palette=palette, ax=axis,
                 legend=(row, column) == (0, count - 1),
             )

@@ -20,17 +20,32 @@ from matplotlib.figure import Figure
 
 from bayesflow.report.experiments import INPUTS
 
-__all__ = ["statement_nll", "statement_table", "statements_frame"]
+__all__ = ["set_order", "statement_nll", "statement_table", "statements_frame"]
 
-# Each set's suffix in the arrays and metrics of bayesflow.stages.statements.
+# Each set's suffix in the arrays and metrics of bayesflow.stages.statements: "in", and
+# "ood" for one unnamed OOD set, else each set's own name (shown as it is).
 SUFFIXES = dict(zip(INPUTS, ("in", "ood")))
+
+
+def _sets(arrays: Mapping[str, Any]) -> dict[str, str]:
+    """``{label: suffix}`` of the statement sets in one fit's arrays, in-distribution first."""
+    suffixes = [key[len("statements_tu_"):] for key in arrays if key.startswith("statements_tu_")]
+    labels = {suffix: label for label, suffix in SUFFIXES.items()}
+    ordered = ["in"] + [suffix for suffix in suffixes if suffix != "in"]
+    return {labels.get(suffix, suffix): suffix for suffix in ordered}
+
+
+def set_order(long: pd.DataFrame) -> list[str]:
+    """The statement sets of a :func:`statements_frame` in their order (in-distribution first)."""
+    return list(pd.unique(long["inputs"]))
 
 
 def statements_frame(
     frame: pd.DataFrame, evaluations: Mapping[str, Mapping[str, Any]], key: str = "cell"
 ) -> pd.DataFrame:
     """One row per (fit, statement): ``method``, ``temperature``, ``seed``, ``key``'s
-    column, ``inputs`` (in- or out-of-distribution), ``statement`` (its index),
+    column, ``inputs`` (``in-distribution``, ``out-of-distribution`` or an OOD set's
+    name), ``statement`` (its index),
     ``total``, ``aleatoric``, ``epistemic`` and ``nll`` (nats); fits without the arrays
     are left out."""
     pieces = []
@@ -38,7 +53,7 @@ def statements_frame(
         arrays = evaluations.get(row[key])
         if arrays is None or "statements_tu_in" not in arrays:
             continue
-        for inputs, suffix in SUFFIXES.items():
+        for inputs, suffix in _sets(arrays).items():
             values = {kind: np.asarray(arrays[f"statements_{name}_{suffix}"]) for kind, name in (
                 ("total", "tu"), ("aleatoric", "au"), ("epistemic", "eu"), ("nll", "nll"))}
             pieces.append(pd.DataFrame({
@@ -80,7 +95,7 @@ def statement_nll(long: pd.DataFrame, order: Sequence[str] = ()) -> Figure:
     present = list(pd.unique(long["method"]))
     methods = [m for m in order if m in present] + [m for m in present if m not in order]
     figure, axis = plt.subplots(figsize=(1.6 * max(len(methods), 2) + 2, 3.6))
-    sns.boxplot(data=long, x="method", y="nll", hue="inputs", order=methods, hue_order=list(INPUTS),
+    sns.boxplot(data=long, x="method", y="nll", hue="inputs", order=methods, hue_order=set_order(long),
                 ax=axis, fliersize=2)
     axis.set_xlabel("")
     axis.set_ylabel("last word's NLL (nats)")

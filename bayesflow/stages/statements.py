@@ -8,8 +8,10 @@ through :func:`bayesflow.data.text.encode_documents`); the scores are
 last-word NLL under the predictive), ``statements_tu_*``, ``statements_au_*`` and
 ``statements_eu_*`` (mean uncertainties, nats, summed over each word's tokens), and
 ``statements_auroc_tu`` / ``statements_auroc_eu`` (OOD = 1), and the same AUROCs of the
-scores per token of the word (``statements_auroc_tu_per_token``, ``_eu_per_token``). Saved
-in ``evaluation.npz`` per statement: ``statements_{nll,tu,au,eu,tokens}_{in,ood}``.
+scores per token of the word (``statements_auroc_tu_per_token``, ``_eu_per_token``). With
+several named OOD sets (``ood: {cipher: cipher, esperanto: <file>}``) each set's name takes
+the place of ``ood`` and its AUROCs end in ``_<name>`` (``statements_auroc_eu_esperanto``).
+Saved in ``evaluation.npz`` per statement: ``statements_{nll,tu,au,eu,tokens}_{in,<set>}``.
 """
 
 from __future__ import annotations
@@ -61,11 +63,14 @@ def statement_evaluation(
         score_statements(problem, members, encode_statements(texts, encoder), settings.batch_size)
         for texts in context.dataset.statements
     ]
-    metrics = statement_metrics(*scores)
+    names = [name for name, _ in settings.ood_sets()]
+    metrics: dict[str, float] = {}
+    for name, outside in zip(names, scores[1:]):
+        metrics.update(statement_metrics(scores[0], outside, name))
     arrays = {
-        f"statements_{name}_{suffix}": getattr(scored, field)
-        for suffix, scored in zip(("in", "ood"), scores)
-        for name, field in (("nll", "nll"), ("tu", "total"), ("au", "aleatoric"), ("eu", "epistemic"),
+        f"statements_{kind}_{suffix}": getattr(scored, field)
+        for suffix, scored in zip(("in", *names), scores)
+        for kind, field in (("nll", "nll"), ("tu", "total"), ("au", "aleatoric"), ("eu", "epistemic"),
                             ("tokens", "tokens"))
     }
     notes = dict(CONVENTIONS)

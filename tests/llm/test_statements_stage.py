@@ -119,3 +119,59 @@ def test_a_statement_longer_than_the_context_is_located_at_validate(tmp_path: Pa
     assert (f"evaluate.statements.{key}: {str(tmp_path / 'long.txt')!r} line {len(text.splitlines())} is a "
             "statement of 300 byte tokens (UTF-8 bytes), but the model's context is 128 tokens") in problem
     assert "shorten it to at most 128 tokens" in problem
+
+
+@pytest.mark.slow
+def test_several_named_ood_sets_each_get_their_metrics_and_arrays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ood: {cipher: cipher, other: file}``: each set's NLL, uncertainties and AUROCs end
+    in its name and equal a one-set run's against that set; the in-distribution numbers
+    are the same in both."""
+    monkeypatch.chdir(tmp_path)
+    texts = read_statements(STATEMENTS)
+    (tmp_path / "other.txt").write_text("\n".join(reversed(texts)) + "\n")  # another set, 7 lines
+    results = {}
+    for label, ood in (("both", {"cipher": "cipher", "other": "other.txt"}), ("one", "other.txt")):
+        folder = tmp_path / label
+        folder.mkdir()
+        shutil.copy(tmp_path / "other.txt", folder / "other.txt")
+        spec = {**statements_spec(folder, ood=ood), "execution": {"cache_dir": str(folder / "cache")}}
+        spec["methods"] = {"ensemble": METHODS["ensemble"]}
+        tracker = InMemoryTracker(folder / "artifacts")
+        result = bayesflow.run(bayesflow.load(write_spec(folder, spec)), tracker=tracker)
+        assert result.exit_code == 0, result.outcome.errors
+        results[label] = (bayesflow.results(result.run_id, tracker=tracker).iloc[0],
+                          next(iter(bayesflow.evaluations(result.run_id, tracker=tracker).values())))
+    (both, both_arrays), (one, one_arrays) = results["both"], results["one"]
+    for score in ("tu", "eu"):
+        for end in ("", "_per_token"):
+            assert f"statements_auroc_{score}{end}" not in both  # no unnamed set
+            assert both[f"statements_auroc_{score}{end}_other"] == pytest.approx(one[f"statements_auroc_{score}{end}"])
+            assert 0 <= both[f"statements_auroc_{score}{end}_cipher"] <= 1
+    for kind in ("nll", "tu", "eu"):
+        assert both[f"statements_{kind}_in"] == pytest.approx(one[f"statements_{kind}_in"])
+        assert both[f"statements_{kind}_other"] == pytest.approx(one[f"statements_{kind}_ood"])
+        np.testing.assert_allclose(both_arrays[f"statements_{kind}_other"], one_arrays[f"statements_{kind}_ood"])
+        assert both_arrays[f"statements_{kind}_cipher"].shape == (7,)
+
+
+@pytest.mark.parametrize(("ood", "expected"), [
+    ({}, "names no set"),
+    ({"Esperanto": "cipher"}, "set name 'Esperanto' is not lower-case letters"),
+    ({"in": "cipher"}, "set name 'in' is not"),
+])
+def test_a_bad_ood_set_name_is_a_located_spec_error(tmp_path: Path, ood: dict[str, str], expected: str) -> None:
+    """Set names become metric names: empty mappings, capitals and `in` are refused."""
+    path = write_spec(tmp_path, statements_spec(tmp_path, ood=ood))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert any(expected in problem and "evaluate.statements.ood" in problem for problem in caught.value.problems)
+
+
+def test_a_named_set_that_cannot_serve_names_its_key(tmp_path: Path) -> None:
+    """A missing file in a named set: the error names ``evaluate.statements.ood.<name>``."""
+    path = write_spec(tmp_path, statements_spec(tmp_path, ood={"cipher": "cipher", "other": "absent.txt"}))
+    with pytest.raises(SpecError) as caught:
+        load_data(load_spec(path))
+    assert any("evaluate.statements.ood.other: no file" in problem for problem in caught.value.problems)
