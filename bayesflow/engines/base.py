@@ -133,7 +133,9 @@ class Problem:
             the full problem and the :class:`~bayesflow.subset.Embedding` of the subset
             into it; None otherwise.
         logits: a language model's ``(params, windows (n, L), keep) -> (n, keep, V)``
-            float32 logits of the last ``keep`` positions; None for other models.
+            float32 logits of the last ``keep`` positions (a keyword ``at``, (windows,
+            positions) index tensors into them, keeps only those: (P, V)); None for other
+            models.
         without_last: a language model's scored logits computed from the windows without
             their last token (which no scored logit reads); None for other models.
     """
@@ -153,7 +155,7 @@ class Problem:
     observation: Observation | None = None
     module: nn.Module | None = None
     parent: tuple[Problem, Any] | None = None
-    logits: Callable[[Tensor, Tensor, int], Tensor] | None = None
+    logits: Callable[..., Tensor] | None = None
     without_last: Callable[[Tensor, Tensor], Tensor] | None = None
 
     def data_points(self, targets: Tensor) -> int:

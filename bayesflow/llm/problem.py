@@ -102,16 +102,19 @@ def build_lm_problem(
     # One variance for every entry (the usual N(0, v)): the prior's (d,) vectors are
     # views of one number, not 2·d floats beside the state (docs/llm.md, "Measured").
     bound_prior = prior.bind(names, shapes, torch.float32, device, compact=True)
-    def logits(params: Tensor, inputs: Tensor, keep: int) -> Tensor:
+    def logits(params: Tensor, inputs: Tensor, keep: int, at: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """The float32 logits of the last ``keep`` positions (transformers'
-        ``logits_to_keep``: the other positions' logits are never formed)."""
+        ``logits_to_keep``: the other positions' logits are never formed), (n, keep, V);
+        with ``at``, (window, position) index tensors into those, only theirs, (P, V)
+        (with a shared trunk the output layer sees only those positions)."""
         pieces = params.split(sizes)
         swapped = {name: piece.reshape(shape).to(dtype)
                    for name, piece, shape, dtype in zip(names, pieces, shapes, dtypes)}
         if trunk is not None:
-            return trunk.logits(model, swapped, inputs.long(), keep).float()
+            return trunk.logits(model, swapped, inputs.long(), keep, at).float()
         options = {"use_cache": False, "logits_to_keep": keep}
-        return functional_call(model, swapped, (inputs.long(),), options, strict=False).logits.float()
+        out = functional_call(model, swapped, (inputs.long(),), options, strict=False).logits.float()
+        return out if at is None else out[at[0], at[1]]
 
     def forward(params: Tensor, inputs: Tensor) -> Tensor:
         return logits(params, inputs, scored + 1)[..., :-1, :]

@@ -140,7 +140,7 @@ def _word_log_probs(
     assert logits_of is not None, "statements are scored under a language-model problem"
 
     def picked(params: Tensor) -> Tensor:
-        return logits_of(params, inputs, keep)[owner, place]  # (P, V)
+        return logits_of(params, inputs, keep, at=(owner, place))  # (P, V)
 
     step = members_per_call or members.shape[0]
     with torch.no_grad():

@@ -95,7 +95,7 @@ class _Head(nn.Module):
         self.model = model
         self.trunk = [trunk]  # a list: not a submodule
 
-    def forward(self, entered: Entered, keep: int) -> Tensor:
+    def forward(self, entered: Entered, keep: int, at: tuple[Tensor, Tensor] | None = None) -> Tensor:
         trunk = self.trunk[0]
         hidden = entered.hidden()
         for layer in trunk.layers[trunk.start :]:
@@ -103,6 +103,8 @@ class _Head(nn.Module):
         hidden = trunk.norm(hidden)
         if keep > 0:  # transformers' logits_to_keep: 0 keeps every position
             hidden = hidden[..., -keep:, :]
+        if at is not None:  # only these (window, position) pairs reach the output layer
+            hidden = hidden[at[0], at[1]]
         return trunk.head(hidden)  # type: ignore[no-any-return]
 
 
@@ -173,13 +175,15 @@ class Trunk:
         per_window = int(inputs.shape[-1]) * width * _element_size(self.root)
         return self._kept_bytes + windows * per_window <= self.budget
 
-    def logits(self, model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor, keep: int) -> Tensor:
-        """The logits of the last ``keep`` positions, the trainable tensors ``swapped``
-        (by their names in ``model``) into the head."""
+    def logits(self, model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor, keep: int,
+               at: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """The logits of the last ``keep`` positions (with ``at``, (windows, positions)
+        index tensors into them: only those), the trainable tensors ``swapped`` (by their
+        names in ``model``) into the head."""
         if self._module is None:
             self._module = _Head(model, self)
         named = {f"model.{name}": value for name, value in swapped.items()}
-        return functional_call(self._module, named, (self.entered(inputs), keep), strict=False)  # type: ignore[no-any-return]
+        return functional_call(self._module, named, (self.entered(inputs), keep, at), strict=False)  # type: ignore[no-any-return]
 
 
 def _record(root: nn.Module, inputs: Tensor, target: nn.Module) -> Entered:

@@ -151,3 +151,17 @@ def test_no_budget_keeps_nothing_and_computes_every_call(monkeypatch: pytest.Mon
     assert len(calls) == 2
     torch.testing.assert_close(second, first, rtol=0, atol=0)
     torch.testing.assert_close(first, whole.forward(chains[0], windows).detach(), **reordered(torch.float32, TERMS))
+
+
+@pytest.mark.parametrize("subset", ["last_layer_llama", "lora_gpt2"])
+def test_logits_at_chosen_positions_are_those_of_every_position(subset: str) -> None:
+    """``logits(..., at=(windows, positions))`` equals indexing every kept position's
+    logits, shared trunk or whole forward, under vmap over members."""
+    shared, whole, chains, (windows, _) = problems(subset)
+    rows, places = torch.tensor([0, 0, 3, 4]), torch.tensor([1, 5, 0, 5])
+    with torch.no_grad():
+        every = vmap(lambda p: whole.logits(p, windows, 6))(chains)[:, rows, places]
+        for problem in (shared, whole):
+            found = vmap(lambda p, problem=problem: problem.logits(p, windows, 6, at=(rows, places)))(chains)
+            assert found.shape == (CHAINS, 4, 256)
+            torch.testing.assert_close(found, every, **reordered(torch.float32, TERMS))
