@@ -43,6 +43,18 @@ settings = (spec.get("evaluate") or {}).get("statements") or {}
 display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
+# ## The answer
+#
+# Which method's epistemic uncertainty best tells the out-of-distribution statements
+# apart (the highest AUROC of EU per statement), and can the next be told apart from it
+# across seeds? The evidence follows.
+
+# %%
+from bayesflow.report import answer
+
+display(Markdown(answer.opening(frame, "statements_auroc_eu", higher=True)))
+
+# %% [markdown]
 # ## The statements and the scores
 #
 # A statement's scored word is its last word (a final `.`, `!` or `?` dropped); the model
@@ -149,7 +161,7 @@ if not long.empty:
 # %%
 results = sections.metric_table(frame, list(figures.TABLE_METRICS), order)
 display(sections.styled(results))
-display(Markdown(sections.flag_list(frame)))
+display(sections.flag_table(frame))
 
 # %% [markdown]
 # ## Workflow spec

@@ -45,6 +45,17 @@ if language_model:
     ))
 
 # %% [markdown]
+# ## The answer
+#
+# Which method and temperature predict the held-out rows best, and can the runner-up be
+# told apart from it across seeds? The evidence follows.
+
+# %%
+from bayesflow.report import answer
+
+display(Markdown(answer.opening(frame, "test_nll")))
+
+# %% [markdown]
 # ## The temperature convention
 #
 # A method at temperature $T$ targets the tempered posterior
@@ -78,7 +89,6 @@ text, best = sections.best_temperature(frame)
 display(Markdown(text))
 if not best.empty:
     display(sections.styled(best))
-    display(Markdown(sections.flag_list(tables.best_cells(frame))))  # the flags of these fits
 
 # %% [markdown]
 # ## Evidence-chosen priors
@@ -108,7 +118,7 @@ if not by_evidence.empty:
 drawable = figures.drawable_plots(frame, plots)
 for name in drawable:
     display(Markdown(f"### {sections.escape(figures.metric_label(figures.plot_metric(name, frame)))}"))
-    figure, ax = plt.subplots(figsize=(7.5, 4.5))
+    figure, ax = plt.subplots(figsize=figures.PAGE_FIGURE)
     figures.plot(name, frame, ax=ax)
     plt.show()
 skipped = [name for name in plots or [] if name not in drawable]
@@ -124,7 +134,7 @@ if not drawable:
 
 # %%
 display(sections.styled(figures.results_table(frame, metrics)))
-display(Markdown(sections.flag_list(frame)))
+display(sections.flag_table(frame))
 
 # %% [markdown]
 # ## Differences across seeds
@@ -156,7 +166,9 @@ if not by_variant.empty:
 # For SG-MCMC fits at $T > 0$: the **kinetic temperature** of the final momenta and the
 # **configurational temperature** $\langle\theta\cdot\nabla U(\theta)\rangle/d$ of the final
 # parameters, each as a ratio to the temperature the sampler should have (Wenzel et al.,
-# 2020, Section 4; 1 is right), the share of parameter tensors whose kinetic temperature
+# 2020, Section 4; 1 is right; above 1 the parameters are spread too widely, between 0 and
+# 1 too narrowly, and below 0 the chain has not reached the region the posterior holds:
+# the log posterior still rises as its weights move on, so it is not yet sampling), the share of parameter tensors whose kinetic temperature
 # lies in its 99% $\chi^2$ interval, and, for several chains that keep every sample, split
 # R-hat and the effective sample size of the log posterior (approximate for SG-MCMC);
 # for chains grouped in superchains that share a start (`chains_per_start`), nested R-hat
@@ -176,6 +188,7 @@ if diagnostic_columns:
     samplers = frame.dropna(subset=[diagnostic_columns[0]])
     # "—" where a finished fit has no such number (one chain: no R-hat; no superchains: no nested R-hat)
     display(sections.styled(sections.metric_table(samplers, diagnostic_columns)))
+    display(Markdown(sections.configurational_note(samplers)))
 else:
     display(Markdown("_No sampler diagnostics were logged (no SG-MCMC fit at T > 0)._"))
 style = "variant" if tables.variants(frame) else None

@@ -42,6 +42,18 @@ specs = {label: run_spec(run, tracking_uri=uri) for label, run in zip(labels, ru
 frame = compare.comparison_frame(frames)
 
 # %% [markdown]
+# ## The answer
+#
+# Which run's best method and temperature predicts the held-out rows best, and can the
+# next run's best be told apart from it across seeds? The evidence follows.
+
+# %%
+from bayesflow.report import answer
+
+display(Markdown(answer.compare_opening(frames, "test_nll") if "test_nll" in frame.columns
+                 else "_No run logged a test NLL: there is no best to name._"))
+
+# %% [markdown]
 # ## The runs
 #
 # Run A is the baseline every difference below is taken against.
@@ -80,7 +92,7 @@ for label in labels[1:]:
 # %%
 metrics = compare.comparison_metrics(frame)
 for metric in metrics:
-    figure, ax = plt.subplots(figsize=(8.5, 4.5))
+    figure, ax = plt.subplots(figsize=(figures.PAGE_FIGURE[0] + figures.LEGEND_WIDTH, figures.PAGE_FIGURE[1]))
     compare.metric_by_run(frame, metric, ax)
     figure.tight_layout()
     plt.show()

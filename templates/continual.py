@@ -41,6 +41,17 @@ methods = list((spec.get("methods") or {}).keys())
 display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
+# ## The answer
+#
+# Which method predicts the whole test set best after the last episode (the lowest test
+# NLL), and can the next be told apart from it across seeds? The evidence follows.
+
+# %%
+from bayesflow.report import answer
+
+display(Markdown(answer.opening(frame, "test_nll")))
+
+# %% [markdown]
 # ## What ran
 
 # %%
@@ -94,7 +105,7 @@ if not seen.empty:
 # %%
 table = sections.metric_table(frame, ["test_nll", "test_accuracy", "test_ece", "fit_seconds", "steps"], methods)
 display(sections.styled(table))
-display(Markdown(sections.flag_list(frame)))
+display(sections.flag_table(frame))
 
 # %% [markdown]
 # ## Workflow spec

@@ -47,6 +47,18 @@ methods = [name for name in declared if name not in baselines]
 display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
+# ## The answer
+#
+# Which method predicts every episode's held-out text best after the last episode (the
+# lowest test NLL per token), and can the next be told apart from it across seeds? The
+# evidence follows.
+
+# %%
+from bayesflow.report import answer
+
+display(Markdown(answer.opening(frame, "test_nll")))
+
+# %% [markdown]
 # ## What ran
 
 # %%
@@ -152,7 +164,7 @@ if not shown.empty:
 table = sections.metric_table(frame, ["test_nll", "test_accuracy", "fit_seconds", "steps"],
                               methods + baselines)
 display(sections.styled(table))
-display(Markdown(sections.flag_list(frame)))
+display(sections.flag_table(frame))
 
 # %% [markdown]
 # ## Workflow spec

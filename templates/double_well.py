@@ -43,6 +43,18 @@ barrier = float((spec.get("model") or {}).get("barrier", 4.0))
 display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
+# ## The answer
+#
+# Which method covers the two-mode target best: the lowest kernelised Stein discrepancy
+# of its states against the target (optimisers, whose target is a point, have none), and
+# whether the next can be told apart from it across seeds. The evidence follows.
+
+# %%
+from bayesflow.report import answer
+
+display(Markdown(answer.opening(frame, "ksd")))
+
+# %% [markdown]
 # ## What ran
 
 # %%
@@ -104,7 +116,7 @@ for row in finished.itertuples():
 frame = frame.merge(pd.DataFrame(shares, columns=["cell", "right_mode_share"]), on="cell", how="left")
 table = sections.metric_table(frame, ["right_mode_share", "ksd", "fit_seconds", "steps"], list(methods))
 display(sections.styled(table))
-display(Markdown(sections.flag_list(frame)))
+display(sections.flag_table(frame))
 
 # %% [markdown]
 # ## Workflow spec

@@ -36,6 +36,18 @@ spec = sections.read_spec(spec_yaml)
 display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 
 # %% [markdown]
+# ## The answer
+#
+# Which posterior's epistemic uncertainty best tells out-of-distribution inputs from the
+# test inputs (the highest AUROC of EU), and can the next be told apart from it across
+# seeds? The evidence follows.
+
+# %%
+from bayesflow.report import answer
+
+display(Markdown(answer.opening(frame, "ood_auroc_epistemic", higher=True)))
+
+# %% [markdown]
 # ## The uncertainty decomposition
 #
 # For a test input $x$ and $S$ posterior samples $\theta_s$, with
@@ -102,7 +114,7 @@ display(sections.styled(table))
 # %%
 results = sections.metric_table(frame, list(figures.TABLE_METRICS), list(spec.get("methods") or []))
 display(sections.styled(results))
-display(Markdown(sections.flag_list(frame)))
+display(sections.flag_table(frame))
 
 # %% [markdown]
 # ## Workflow spec

@@ -16,7 +16,8 @@ __all__ = ["describe_change"]
 # Where each part of a stage's config payload (built by plan_workflow) sits in a spec.
 _SPEC_KEYS = {"convention": "temperature_convention", "device": "execution.device"}
 _MISSING = object()
-_SHOWN_CHANGES = 3
+_SHOWN_CHANGES = 2
+_SHOWN_VALUE = 24  # characters of a value shown; a reason stays one short line of `plan`'s table
 
 
 def _leaves(payload: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
@@ -30,8 +31,28 @@ def _leaves(payload: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], A
 
 
 def _show(value: Any) -> str:
+    """A value as the reason shows it: a short scalar as itself, a long one cut, and a
+    mapping or list by its size (never a fragment of its JSON)."""
+    if isinstance(value, dict):
+        return f"{len(value)} keys"
+    if isinstance(value, (list, tuple)):
+        return f"{len(value)} items"
     text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= 40 else text[:37] + "..."
+    return text if len(text) <= _SHOWN_VALUE else text[: _SHOWN_VALUE - 1] + "…"
+
+
+def _inputs_phrase(changed: list[str], stage: Stage) -> str:
+    """The inputs that changed, named when the payload names them (``input
+    fit/map/T=shared/seed=0 changed``; several: the first and a count), else how many
+    inputs the stage has."""
+    named = [name for name in changed if name in stage.inputs]
+    if not named:  # the payload keeps the inputs' keys unnamed (a list): say how many there are
+        if len(stage.inputs) == 1:
+            return f"input {stage.inputs[0]} changed"
+        return f"an input changed (of {len(stage.inputs)})" if stage.inputs else "an input changed"
+    if len(named) == 1:
+        return f"input {named[0]} changed"
+    return f"inputs {named[0]} and {len(named) - 1} more changed"
 
 
 def describe_change(stage: Stage, previous: dict[str, Any]) -> str:
@@ -40,6 +61,7 @@ def describe_change(stage: Stage, previous: dict[str, Any]) -> str:
     ``methods.sghmc.lr changed 0.01 → 0.02``, ``data changed``, ``versions changed``."""
     before, after = _leaves(previous), _leaves(stage.config)
     phrases: list[str] = []
+    inputs: list[str] = []
     for path in sorted(set(before) | set(after)):
         old, new = before.get(path, _MISSING), after.get(path, _MISSING)
         if old == new:
@@ -50,7 +72,10 @@ def describe_change(stage: Stage, previous: dict[str, Any]) -> str:
         elif head == "versions":
             phrase = f"versions changed ({'.'.join(path[1:])} {_show(old)} → {_show(new)})"
         elif head in ("inputs", "fit", "reference", "reference_evaluation"):
-            phrase = f"input {', '.join(stage.inputs) or 'stage'} changed"
+            name = path[1] if head == "inputs" and len(path) > 1 else ""
+            if name not in inputs:
+                inputs.append(name)
+            continue
         elif head == "reference_file":
             phrase = "evaluate.reference.file's probabilities changed"
         else:
@@ -64,6 +89,8 @@ def describe_change(stage: Stage, previous: dict[str, Any]) -> str:
                 phrase = f"{key} changed {_show(old)} → {_show(new)}"
         if phrase not in phrases:
             phrases.append(phrase)
+    if inputs:
+        phrases.append(_inputs_phrase(inputs, stage))
     if not phrases:
         return "its key changed"
     more = len(phrases) - _SHOWN_CHANGES

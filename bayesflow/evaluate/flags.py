@@ -125,6 +125,13 @@ def configurational_flag(diagnostics: Mapping[str, float]) -> str | None:
     gap = abs(ratio - 1.0)
     if gap <= CONFIGURATIONAL_TOLERANCE or gap <= SIGNIFICANCE * error:
         return None
+    if ratio < 0:
+        return (
+            f"configurational temperature {ratio:.3g} x the target (standard error {error:.2g}): "
+            "negative, which no sample of the posterior gives: the positions have not reached "
+            "the region the posterior holds (the log posterior still rises as they move on); "
+            "run longer (burn_in, epochs) or raise lr"
+        )
     where = "hotter" if ratio > 1 else "colder"
     return (
         f"configurational temperature {ratio:.3g} x the target (standard error {error:.2g}): "

@@ -60,6 +60,7 @@ __all__ = [
     "minimum_detectable_difference",
     "paired_test",
     "power",
+    "seeds_to_detect",
     "welch_test",
 ]
 
@@ -149,6 +150,25 @@ def minimum_detectable_difference(
     if not alpha < wanted < 1:
         raise ValueError(f"expected a power between alpha={alpha} and 1, got {wanted}")
     return float(scale) * _detectable_shift(float(degrees_of_freedom), float(alpha), float(wanted))
+
+
+def seeds_to_detect(result: Comparison, alpha: float = ALPHA, wanted: float = POWER, most: int = 1000) -> int | None:
+    """How many seeds a study would need for its test to detect, with probability
+    ``wanted`` at level ``alpha``, a true difference as large as the one ``result``
+    observed, were the spread across seeds what it observed: the smallest n with
+    MDD(s / √n, n − 1) ≤ |difference|, s the sd of one seed's difference (the paired
+    differences' sd; for Welch, √(s_a² + s_b²), equal seeds per side).
+
+    None when that cannot be said: no test was run (one seed, no spread), the
+    difference is 0, or more than ``most`` seeds would be needed.
+    """
+    if not (math.isfinite(result.statistic) and result.statistic != 0 and result.seeds > 1):
+        return None
+    spread = abs(result.difference / result.statistic) * math.sqrt(result.seeds)
+    for count in range(2, most + 1):
+        if minimum_detectable_difference(spread / math.sqrt(count), count - 1, alpha, wanted) <= abs(result.difference):
+            return count
+    return None
 
 
 def _rounding(*samples: np.ndarray) -> float:

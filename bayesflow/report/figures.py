@@ -81,8 +81,11 @@ central interval, or of the logged level nearest to it)."""
 LOG_SPAN = 10.0
 """A metric whose positive values span at least this factor is drawn on a log axis."""
 LINE_STYLES = ("-", "--", ":", "-.")  # one per sweep variant
-LEGEND_INSIDE = 5  # a legend of more entries goes beside the axes
 LEGEND_WIDTH = 3.0  # inches a lone plot's figure grows by to hold a legend beside it
+PAGE_FIGURE = (10.0, 4.5)
+"""Inches of a report's metric figure before its legend: with the legend beside it (13
+inches in all) it fills a report page's width (the page's style scales every image to
+the content's width, :data:`bayesflow.report.offline.PAGE_STYLE`)."""
 
 
 DEEP = (
@@ -112,7 +115,9 @@ def apply_theme() -> None:
     from cycler import cycler
     from matplotlib import style
 
-    style.use({**THEME, "axes.prop_cycle": cycler(color=list(DEEP))})
+    # 100 dpi: a notebook's inline figures are drawn at 72 (matplotlib-inline's default),
+    # too few pixels for a page-wide figure (PAGE_FIGURE plus its legend: 1,300 px).
+    style.use({**THEME, "axes.prop_cycle": cycler(color=list(DEEP)), "figure.dpi": 100})
 
 
 def plot(name: str, frame: pd.DataFrame, ax: Axes | None = None) -> Axes:
@@ -229,15 +234,13 @@ def metric_vs_temperature(
         label += "\n(log scale)"
     ax.set_ylabel(label)
     ax.set_title(f"{metric} against temperature")
-    entries = len(ax.get_legend_handles_labels()[0])
-    if entries > LEGEND_INSIDE:  # beside the axes, where it hides no line
+    if ax.get_legend_handles_labels()[0]:  # beside the axes, where it hides no line
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
         figure = ax.figure
         if isinstance(figure, Figure) and len(figure.axes) == 1:  # this plot alone: widen it
             width, height = figure.get_size_inches()
             figure.set_size_inches(width + LEGEND_WIDTH, height)
-    elif entries:
-        ax.legend(loc="best", fontsize="small", frameon=True)
+            figure.tight_layout()
     return ax
 
 
@@ -326,20 +329,25 @@ def _draw_references(
 
 
 def _mark_flagged(ax: Axes, frame: pd.DataFrame, metric: str, is_reference: pd.Series) -> None:
-    """Circle in red each fit that carries a flag: at its own value, and for a
-    temperature-free fit (a horizontal line) at the left edge of the axis."""
-    flagged = frame.loc[flagged_rows(frame)]
-    if flagged.empty:
+    """Circle in red each point of a mean line (method, variant and temperature) that a
+    flagged fit concerns: on the line, at the mean over seeds it is drawn at (not at the
+    fit's own value, which is off the line); a temperature-free fit's horizontal line
+    at the left edge of the axis."""
+    flagged = flagged_rows(frame)
+    if not flagged.any():
         return
-    sampled = flagged.loc[~is_reference.loc[flagged.index] & (flagged["temperature"] > 0)]
+    keys = [key for key in ("variant", "method", "temperature") if key in frame.columns]
+    means = frame.groupby(keys, dropna=False, sort=False)[metric].transform("mean")
+    points = frame.assign(mean=means).loc[flagged].drop_duplicates(keys)
+    sampled = points.loc[~is_reference.loc[points.index] & (points["temperature"] > 0)]
     common: dict = {"s": 110, "facecolors": "none", "edgecolors": "red", "linewidths": 1.6, "zorder": 6}
-    label = f"{MARK} flagged fit (listed under the tables)"
+    label = f"{MARK} flagged fit (the flags table says why)"
     if not sampled.empty:
-        ax.scatter(sampled["temperature"], sampled[metric], label=label, gid="flagged", **common)
+        ax.scatter(sampled["temperature"], sampled["mean"], label=label, gid="flagged", **common)
         label = "_nolegend_"
-    shared = flagged.drop(index=sampled.index)
+    shared = points.drop(index=sampled.index)
     if not shared.empty:
-        ax.scatter(np.full(len(shared), 0.02), shared[metric], transform=ax.get_yaxis_transform(),
+        ax.scatter(np.full(len(shared), 0.02), shared["mean"], transform=ax.get_yaxis_transform(),
                    clip_on=False, label=label, gid="flagged-shared", **common)
 
 

@@ -30,8 +30,8 @@ from typing import Any
 from jinja2 import DictLoader
 
 __all__ = [
-    "OFFLINE_TEMPLATE", "Formulas", "exporter_options", "html_exporter", "latex_to_mathml", "prepare_export",
-    "with_mathml",
+    "OFFLINE_TEMPLATE", "PAGE_STYLE", "Formulas", "exporter_options", "html_exporter", "latex_to_mathml",
+    "prepare_export", "with_mathml", "with_page_style",
 ]
 
 OFFLINE_TEMPLATE = "bayesflow_offline.html.j2"
@@ -58,6 +58,29 @@ _MATHML_TAGS = {
 }
 _FUNCTION = re.compile(r"(<mi>(?:log|exp|ln|sin|cos|tan|det|min|max)</mi>)")
 _TAG = re.compile(r"</?\s*([A-Za-z][\w:-]*)")
+
+
+PAGE_STYLE = """<style>
+/* bayesflow: a figure drawn page-wide (1,300 px) shrinks to the content's width, never overflows it */
+.jp-RenderedImage img { max-width: 100%; height: auto; }
+/* the flags table: compact, left-aligned, the row a flag mark links to highlighted */
+.jp-RenderedHTMLCommon table.flags { border-collapse: collapse; font-size: 0.92em; table-layout: auto; }
+.jp-RenderedHTMLCommon table.flags td, .jp-RenderedHTMLCommon table.flags th {
+  padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
+.jp-RenderedHTMLCommon table.flags td:nth-child(-n+3) { white-space: nowrap; }
+.jp-RenderedHTMLCommon table.flags tr:target { background: #fff3cd; }
+a.flag-link { color: #b00020; text-decoration: none; }
+</style>
+"""
+"""The page's own style, put in the head of every report: a figure is never wider than the
+content (a page-wide figure, 13 inches at 100 dpi, is 1,300 px and shrinks to fit), and
+the flags table (:mod:`bayesflow.report.flags`) is compact and left-aligned."""
+
+
+def with_page_style(page: str) -> str:
+    """``page`` with :data:`PAGE_STYLE` at the end of its head (at its start without one)."""
+    head = page.find("</head>")
+    return page[:head] + PAGE_STYLE + page[head:] if head >= 0 else PAGE_STYLE + page
 
 
 def exporter_options() -> dict[str, Any]:

@@ -369,7 +369,7 @@ def _cell_error(template_path: Path, failed_path: Path, exc: Any) -> ReportError
 def _export_html(notebook: Any, *, title: str, show_code: bool) -> str:
     """Export an executed notebook to one HTML string with images as data URIs and
     formulas as MathML, loading nothing from the network (:mod:`bayesflow.report.offline`)."""
-    from bayesflow.report.offline import Formulas, html_exporter, with_mathml
+    from bayesflow.report.offline import Formulas, html_exporter, with_mathml, with_page_style
 
     exporter = html_exporter(show_code=show_code)
     formulas = Formulas()  # MathML kept out of the Markdown renderer, which breaks it up
@@ -382,4 +382,4 @@ def _export_html(notebook: Any, *, title: str, show_code: bool) -> str:
             f"HTML export produced external files {sorted(resources['outputs'])}; "
             "expected every image embedded in the HTML."
         )
-    return formulas.restore(body)
+    return with_page_style(formulas.restore(body))

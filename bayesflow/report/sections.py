@@ -22,15 +22,15 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from bayesflow.report.flags import flag_table as flag_rows
+from bayesflow.report.flags import linked
 from bayesflow.report.suggest import suggested_temperatures
 from bayesflow.report.tables import (
     AGREEMENT_METRICS,
     CHOSEN_ON,
-    MARK,
     best_temperature_table,
     best_variants,
     failed_cells,
-    flag_notes,
     results_table,
     variant_table,
     variants,
@@ -39,9 +39,10 @@ from bayesflow.report.tables import (
 __all__ = [
     "best_temperature",
     "code",
+    "configurational_note",
     "escape",
     "fenced",
-    "flag_list",
+    "flag_table",
     "header",
     "metric_table",
     "read_spec",
@@ -131,29 +132,46 @@ def what_ran(frame: pd.DataFrame) -> str:
 
 def styled(table: pd.DataFrame, precision: int = 3) -> Any:
     """A table ready to display: no index, temperatures as ``0.1``, numbers at
-    ``precision`` digits and every string HTML-escaped (a pandas Styler does not escape
-    by default, so a method name could otherwise inject markup)."""
-    style = table.style.hide(axis="index").format(precision=precision, escape="html", na_rep="")
+    ``precision`` digits, every string HTML-escaped (a pandas Styler does not escape by
+    default, so a method name could otherwise inject markup) and each flag mark a link to
+    its row of the flags table (:func:`bayesflow.report.flags.linked`)."""
+    style = linked(table).style.hide(axis="index").format(precision=precision, na_rep="")
     if "temperature" in table.columns:
         style = style.format({"temperature": "{:g}"}, subset=["temperature"])
     return style
 
 
-def flag_list(frame: pd.DataFrame) -> str:
-    """The flags raised on the finished fits, one line each (method, T, seed, the column
-    it concerns and its message), for under a table whose numbers carry :data:`MARK`;
-    empty when none was raised."""
-    notes = flag_notes(frame)
-    if notes.empty:
+def flag_table(frame: pd.DataFrame) -> Any:
+    """The flags raised on the finished fits as one table to display
+    (:func:`bayesflow.report.flags.flag_table`), whose rows the marks of every
+    :func:`styled` table link to; an empty HTML output when none was raised."""
+    from IPython.display import HTML
+
+    return HTML(flag_rows(frame))
+
+
+def configurational_note(frame: pd.DataFrame) -> str:
+    """A plain-words sentence on the cells whose mean configurational temperature ratio is
+    negative (what it means and what to do), or "" when none is."""
+    column = "configurational_temperature_ratio"
+    if column not in frame.columns:
         return ""
-    lines = [f"{MARK} **Flags** (a {MARK} marks the numbers they concern):", ""]
-    for row in notes.to_dict("records"):
-        variant = f" [{escape(row['variant'])}]" if "variant" in row else ""
-        lines.append(
-            f"- {code(row['method'])}{variant} T={float(row['temperature']):g} seed {row['seed']}, "
-            f"{code(row['column'])}: {escape(row['message'])}"
-        )
-    return "\n".join(lines)
+    finished = frame.loc[frame["status"].astype(str) == "FINISHED"]
+    means = pd.to_numeric(finished[column], errors="coerce").groupby(
+        [finished["method"], finished["temperature"]], sort=False).mean()
+    negative = means[means < 0]
+    if negative.empty:
+        return ""
+    cells = ", ".join(f"{code(method)} at T = {float(temperature):g} ({value:.3g})"
+                      for (method, temperature), value in negative.items())
+    return (
+        f"**A negative configurational temperature ratio** ({cells}): the mean of θ·∇U(θ) over "
+        "the parameters is below 0, which no sample of the tempered posterior gives (there it "
+        "averages T > 0 per parameter). The parameters still sit where the posterior rises as they move on, "
+        "typically short of the region it holds: the chain has not finished its way there. "
+        "Its samples are not the posterior's yet; run longer (`burn_in`, `epochs`) or with a "
+        "larger step."
+    )
 
 
 def best_temperature(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:

@@ -37,6 +37,7 @@ __all__ = [
     "FINISHED",
     "MARK",
     "best_cells",
+    "best_choices",
     "best_temperature_table",
     "best_temperatures",
     "best_variants",
@@ -253,6 +254,20 @@ def best_temperatures(
             for key, best, _, done, chosen in _best(values, [], metric)}
 
 
+def best_choices(
+    frame: pd.DataFrame, metric: str = "test_nll", higher: bool = False
+) -> list[tuple[tuple[Any, ...], float | None, str, pd.DataFrame]]:
+    """Per (variant,) method, as :func:`best_temperature_table` chooses (``higher``: the
+    highest mean, for a score such as an AUROC): its key, the best temperature (None
+    when no fit finished), the column that chose it and the finished rows there."""
+    if metric not in frame.columns:
+        return []
+    values = _numeric(frame, [metric, selection_metric(metric)])
+    keyed = ["variant"] if variants(frame) else []
+    return [(key, best, chosen, frame.loc[done.index])
+            for key, best, _, done, chosen in _best(values, keyed, metric, higher)]
+
+
 def best_variants(frame: pd.DataFrame, metric: str = "test_nll") -> dict[str, tuple[str, str]]:
     """In a sweep, per method: the variant whose best temperature (as
     :func:`best_temperature_table` chooses it) has the lowest mean of the metric that
@@ -287,12 +302,12 @@ def _lowest_mean(values: pd.DataFrame, variant: str, method: str, metric: str) -
 
 
 def _best(
-    values: pd.DataFrame, keyed: list[str], metric: str
+    values: pd.DataFrame, keyed: list[str], metric: str, higher: bool = False
 ) -> Iterator[tuple[tuple[Any, ...], float | None, pd.DataFrame, pd.DataFrame, str]]:
-    """Per (variant,) method: its key, the temperature of lowest mean over the finished
-    seeds of ``metric``'s validation counterpart when the method's fits logged it (else
-    of ``metric``; None when none finished), the rows at that temperature, the finished
-    ones among them, and the column that chose it."""
+    """Per (variant,) method: its key, the temperature of lowest (``higher``: highest)
+    mean over the finished seeds of ``metric``'s validation counterpart when the
+    method's fits logged it (else of ``metric``; None when none finished), the rows at
+    that temperature, the finished ones among them, and the column that chose it."""
     validation = selection_metric(metric)
     for key, group in values.groupby([*keyed, "method"], sort=False):
         chosen = metric
@@ -300,7 +315,7 @@ def _best(
             chosen = validation
         finished = group.loc[(group["status"].astype(str) == FINISHED) & np.isfinite(group[chosen])]
         means = finished.groupby("temperature")[chosen].mean()
-        best = float(means.idxmin()) if not means.empty else None
+        best = float((-means if higher else means).idxmin()) if not means.empty else None
         at = float(group["temperature"].iloc[0]) if best is None else best
         cell = group.loc[group["temperature"] == at]
         at_best = finished.loc[finished["temperature"] == at]

@@ -189,6 +189,7 @@ def test_compare_report_of_two_runs(launched: Any) -> None:
     text = html.read_text()
     assert text.count("data:image/png;base64") >= 4  # one figure per compared metric
     assert "variance: 2.0" in text and "Δ test_nll [B]" in text
+    assert text.index("The answer") < text.index("The runs") and "Best: run " in text
     assert bayesflow(folder, "report", "--compare", ids[0]).returncode == 2
 
 

@@ -164,3 +164,17 @@ def test_the_module_and_the_report_tables_import_without_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_seeds_to_detect_is_the_fewest_seeds_whose_detectable_difference_reaches_the_gap() -> None:
+    """With the observed spread, n seeds detect the gap and n − 1 do not; none without a test."""
+    from bayesflow.evaluate.significance import seeds_to_detect
+
+    result = paired_test([1.0, 1.1, 1.2], [1.05, 1.12, 1.3])
+    needed = seeds_to_detect(result)
+    assert needed is not None and needed > result.seeds
+    spread = abs(result.difference / result.statistic) * math.sqrt(result.seeds)
+    gap = abs(result.difference)
+    assert minimum_detectable_difference(spread / math.sqrt(needed), needed - 1) <= gap
+    assert minimum_detectable_difference(spread / math.sqrt(needed - 1), needed - 2) > gap
+    assert seeds_to_detect(paired_test([1.0], [2.0])) is None

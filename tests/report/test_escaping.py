@@ -37,14 +37,15 @@ def test_code_spans_cannot_be_closed_by_a_name() -> None:
 
 def test_flag_messages_and_table_cells_are_escaped() -> None:
     """Flag messages under a table, and strings in displayed tables, never become HTML."""
-    from bayesflow.report.sections import flag_list, styled
+    from bayesflow.report.flags import flag_table
+    from bayesflow.report.sections import styled
 
     from .frames import with_flags
 
     frame = with_flags()
-    text = flag_list(frame)
+    text = flag_table(frame)
     assert "&lt;b&gt;hot&lt;/b&gt;" in text and "<b>hot" not in text
-    assert "`sghmc` T=0.1 seed 0, `kinetic_temperature_ratio`" in text
+    assert "<code>sghmc</code> T = 0.1, seed 0</td><td>kinetic temperature</td>" in text
     table = frame.assign(method="<script>x</script>")[["method", "temperature"]].head(1)
     html = styled(table).to_html()
     assert "&lt;script&gt;" in html and "<script>" not in html

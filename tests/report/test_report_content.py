@@ -60,3 +60,67 @@ def test_a_regression_study_renders_with_rmse_and_no_accuracy(tmp_path: Path) ->
     assert html.count('src="data:image/png;base64,') == 3
     assert "test_rmse" in html and "test_accuracy" not in html
     assert "Along the swept keys" not in html and MARK not in html
+
+
+def _section_text(soup, title: str) -> str:
+    """The text from the heading ``title`` to the next second-level heading."""
+    (heading,) = [h for h in soup.find_all("h2") if h.get_text().strip().startswith(title)]
+    parts = []
+    for element in heading.find_all_next():
+        if element.name == "h2":
+            break
+        if element.name in ("p", "li"):
+            parts.append(element.get_text(" ", strip=True))
+    return "\n".join(parts)
+
+
+def _png_widths(page: str) -> list[int]:
+    import base64
+    import struct
+
+    widths = []
+    for data in re.findall(r'src="data:image/png;base64,([^"]+)"', page):
+        header = base64.b64decode(data[:64])
+        widths.append(struct.unpack(">I", header[16:20])[0])  # the IHDR chunk's width
+    return widths
+
+
+@pytest.mark.slow
+def test_the_report_opens_with_its_answer_and_links_its_flags(tmp_path: Path) -> None:
+    """The first section names the winner chosen on validation, its test numbers and the
+    runner-up's verdict; the metric figures are page-wide; each flag mark links to a row
+    of the one flags table, and the page's style fits every image to the content."""
+    import bs4
+
+    from bayesflow.report import answer
+
+    from .test_answer import validated
+
+    frame = with_flags(validated().assign(run_id="r"))
+    _, html = _render(tmp_path, frame, ["nll_vs_temperature", "accuracy_vs_temperature"])
+    soup = bs4.BeautifulSoup(html, "html.parser")
+    assert soup.find_all("h2")[0].get_text().strip().startswith("The answer")
+    opening = _section_text(soup, "The answer")
+    choices = answer.ranked(frame)
+    winner, second = choices[0], choices[1]
+    nll = list(winner.values("test_nll").values())
+    assert f"Best: {winner.method}" in opening and "chosen on the validation NLL" in opening
+    assert f"test NLL {sum(nll) / len(nll):.3f} ±" in opening
+    assert f"Runner-up: {second.method}" in opening and "significant" in opening
+    widths = _png_widths(html)
+    assert len(widths) >= 2 and all(width >= 1200 for width in widths[:2])
+    assert ".jp-RenderedImage img { max-width: 100%" in html
+    assert len(soup.select("table.flags")) == 1
+    links = soup.select("a.flag-link")
+    assert links and all(soup.find(id=link["href"].lstrip("#")) is not None for link in links)
+
+
+def test_every_bundled_template_opens_with_its_answer() -> None:
+    """The first second-level heading of each shipped report template is its answer."""
+    from bayesflow.report import find_template, list_templates
+
+    for name in list_templates():
+        text = find_template(name).read_text()
+        headings = re.findall(r"^# ## (.+)$", text, flags=re.MULTILINE)
+        assert headings and headings[0] == "The answer", (name, headings[:2])
+        assert "answer.opening(" in text or "answer.compare_opening(" in text, name
