@@ -52,7 +52,11 @@ display(Markdown(sections.header(workflow, spec_yaml, run_info)))
 # %%
 from bayesflow.report import answer
 
-display(Markdown(answer.opening(frame, "statements_auroc_eu", higher=True)))
+chosen_sets = settings.get("ood", "cipher")
+for set_name in (["ood"] if isinstance(chosen_sets, str) else list(chosen_sets)):
+    metric = "statements_auroc_eu" if set_name == "ood" else f"statements_auroc_eu_{set_name}"
+    lead = "" if set_name == "ood" else f"**Against the {set_name} statements.** "
+    display(Markdown(lead + answer.opening(frame, metric, higher=True)))
 
 # %% [markdown]
 # ## The statements and the scores
