@@ -10,8 +10,9 @@ the embeddings and layers ``0 … k − 1`` are frozen. :class:`Trunk` splits th
   attention mask, the rotary cos/sin or position ids). Each window's hidden states are
   kept, keyed by its tokens, while they fit :func:`kept_budget` (a quarter of the memory
   budget), so a window met again (in the next epoch of a fit, by the next member of an
-  ensemble, in the next chunk of an evaluation or statement set) is read back rather than
-  computed; only the windows not yet kept run through the trunk;
+  ensemble, in the next chunk of an evaluation or statement set, or by the next stage in
+  the same worker process over the same frozen weights, :func:`fingerprint`) is read back
+  rather than computed; only the windows not yet kept run through the trunk;
 - **the head**: layers ``k …``, the final norm and the output layer, called through
   ``functional_call`` with the trainable tensors swapped in, under ``vmap`` and autograd
   as before.
@@ -26,6 +27,7 @@ embeddings or layer 0, or an architecture not in :data:`LAYOUTS`, gets no trunk
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +36,7 @@ from torch import Tensor, nn
 from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.func import functional_call
 
-__all__ = ["KEPT_SHARE", "LAYOUTS", "Layout", "Trunk", "kept_budget", "split_trunk"]
+__all__ = ["KEPT_SHARE", "LAYOUTS", "Kept", "Layout", "Trunk", "fingerprint", "kept_budget", "split_trunk"]
 
 # peft's LoRA wrapper keeps the causal language model here (its parameter names start so).
 PEFT_PREFIX = "base_model.model."
@@ -109,6 +111,42 @@ class _Head(nn.Module):
 
 
 @dataclass
+class Kept:
+    """Hidden states kept per window (keyed by its tokens) and the bytes they take."""
+
+    rows: dict[bytes, Tensor] = field(default_factory=dict)
+    bytes: int = 0
+    fingerprint: str = ""
+
+
+# The kept windows of the last trunk this process split, by the fingerprint of its frozen
+# part: the next problem over the same frozen weights (the next stage in a worker process:
+# another method, seed or evaluation) reads them back. One entry: a process that moves to
+# other weights lets the old ones go.
+_LAST: list[Kept] = []
+
+
+def fingerprint(root: nn.Module, layers: nn.ModuleList, start: int) -> str:
+    """What identifies the frozen part below layer ``start``: the model's config, the start,
+    and every parameter outside layers ``start …`` by name, shape, dtype and 4,096 of its
+    values taken evenly (different weights differ there; reading them all would cost as
+    much as a forward pass on a large model)."""
+    digest = hashlib.blake2b(digest_size=16)
+    config = getattr(root, "config", None)
+    digest.update((config.to_json_string() if config is not None else type(root).__name__).encode())
+    digest.update(f"start={start}".encode())
+    above = {id(value) for layer in layers[start:] for value in layer.parameters()}
+    for name, value in root.named_parameters():
+        if id(value) in above:
+            continue
+        flat = value.detach().reshape(-1)
+        sample = flat[:: max(1, flat.numel() // 4096)][:4096].float().cpu().numpy()
+        digest.update(f"{name}:{tuple(value.shape)}:{value.dtype}".encode())
+        digest.update(sample.tobytes())
+    return digest.hexdigest()
+
+
+@dataclass
 class Trunk:
     """The model split before decoder layer ``start`` (module docstring).
 
@@ -131,8 +169,11 @@ class Trunk:
     budget: int = 0
     computed: int = 0
     _module: _Head | None = None
-    _rows: dict[bytes, Tensor] = field(default_factory=dict)
-    _kept_bytes: int = 0
+    kept: Kept = field(default_factory=lambda: Kept())
+
+    @property
+    def _rows(self) -> dict[bytes, Tensor]:
+        return self.kept.rows
 
     def entered(self, inputs: Tensor) -> Entered:
         """What layer ``start`` receives for the windows ``inputs`` (computed without
@@ -159,7 +200,7 @@ class Trunk:
                 fresh[key] = hidden[row]
                 if self._room(1, inputs):
                     self._rows[key] = hidden[row].clone()
-                    self._kept_bytes += hidden[row].numel() * hidden.element_size()
+                    self.kept.bytes += hidden[row].numel() * hidden.element_size()
         # Every decoder layer reads the same arguments (LAYOUTS): layer 0's, for these
         # windows (their embeddings, masks and positions only: cheap), the hidden states swapped.
         base = _record(self.root, inputs, self.layers[0])
@@ -173,7 +214,7 @@ class Trunk:
         config = self.root.config
         width = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0))
         per_window = int(inputs.shape[-1]) * width * _element_size(self.root)
-        return self._kept_bytes + windows * per_window <= self.budget
+        return self.kept.bytes + windows * per_window <= self.budget
 
     def logits(self, model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor, keep: int,
                at: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -254,4 +295,12 @@ def split_trunk(model: nn.Module, names: tuple[str, ...], budget: int = 0) -> Tr
             return None
     if start == 0:
         return None
-    return Trunk(root, layers, start, norm, head, budget)
+    kept = _shared_kept(fingerprint(root, layers, start))
+    return Trunk(root, layers, start, norm, head, budget, kept=kept)
+
+
+def _shared_kept(key: str) -> Kept:
+    """This process's kept windows for the frozen part ``key`` (new when it changed)."""
+    if not _LAST or _LAST[0].fingerprint != key:
+        _LAST[:] = [Kept(fingerprint=key)]
+    return _LAST[0]

@@ -37,6 +37,14 @@ FIRST_LAYER = {
 TERMS = 256 * LENGTH
 
 
+@pytest.fixture(autouse=True)
+def _no_kept_windows() -> None:
+    """Each test starts with nothing kept in this process (trunk._LAST)."""
+    from bayesflow.llm import trunk
+
+    trunk._LAST.clear()
+
+
 def problems(subset: str) -> tuple:
     """The problem with the trunk shared and the same model's whole-forward problem."""
     torch.manual_seed(0)
@@ -165,3 +173,34 @@ def test_logits_at_chosen_positions_are_those_of_every_position(subset: str) -> 
             found = vmap(lambda p, problem=problem: problem.logits(p, windows, 6, at=(rows, places)))(chains)
             assert found.shape == (CHAINS, 4, 256)
             torch.testing.assert_close(found, every, **reordered(torch.float32, TERMS))
+
+
+def test_a_second_problem_over_the_same_frozen_weights_reads_the_kept_windows() -> None:
+    """The next stage in a worker process (another method, seed or evaluation) builds a
+    new model from the same folder: its trunk reads back what the first computed, with the
+    same values; a model whose frozen weights differ computes its own."""
+    from bayesflow.llm import trunk
+
+    first, _, chains, (windows, _) = problems("last_layer_llama")
+    second, whole, _, _ = problems("last_layer_llama")  # a new model, the same weights
+    assert first.module is not second.module
+    with torch.no_grad():
+        expected = first.forward(chains[0], windows)
+        kept = trunk._LAST[0]
+        assert len(kept.rows) == WINDOWS
+        calls: list[int] = []
+        layer = second.module.model.layers[0]  # type: ignore[union-attr]
+        handle = layer.register_forward_hook(lambda _m, args, _o: calls.append(int(args[0].shape[0])))
+        try:
+            found = second.forward(chains[0], windows)
+        finally:
+            handle.remove()
+        assert calls == []
+        torch.testing.assert_close(found, expected, rtol=0, atol=0)
+        torch.testing.assert_close(found, whole.forward(chains[0], windows), **reordered(torch.float32, TERMS))
+        torch.manual_seed(0)
+        changed, names = build_causal_lm(SUBSETS["last_layer_llama"])
+        changed.model.layers[0].mlp.up_proj.weight.add_(0.5)  # frozen weights that differ
+    other = split_trunk(changed, names)
+    assert other is not None and other.kept is not kept
+    assert other.kept.fingerprint != kept.fingerprint and other.kept.rows == {}
