@@ -255,9 +255,10 @@ def measure(contender: str, subset: str, size: dict[str, int], device: str, chai
 
 
 def child_arguments(doc: str, contenders: Sequence[str], subsets: Sequence[str], sizes: Sequence[str],
-                    argv: list[str] | None, steps: int = 3) -> argparse.Namespace:
+                    argv: list[str] | None, steps: int = 3, **extra: int) -> argparse.Namespace:
     """A child's command line, ``CONTENDER SUBSET SIZE DEVICE [--chains K] [--warmup W]
-    [--steps S] [--threads T]``, parsed; torch's threads set to ``--threads``."""
+    [--steps S] [--threads T]`` and an integer option per ``extra`` (its default), parsed;
+    torch's threads set to ``--threads``."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("contender", choices=contenders)
     parser.add_argument("subset", choices=subsets)
@@ -267,6 +268,8 @@ def child_arguments(doc: str, contenders: Sequence[str], subsets: Sequence[str],
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--threads", type=int, default=1)
+    for name, default in extra.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     return args

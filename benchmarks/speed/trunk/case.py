@@ -13,7 +13,7 @@ contender of :mod:`benchmarks.speed.trunk.child` in its own fresh process, one a
 - (b)'s peak memory against one built model + K × (θ and momenta: 2 float32 vectors of d)
   + the kept hidden states (goal ≤ 1.2×);
 - statement scoring (:func:`bayesflow.llm.statement_scores.score_statements`) of 100 short
-  statements under K members against one, shared trunk against whole forward.
+  statements (``--quick``: 20) under K members against one, shared trunk against whole forward.
 
 The processes run one after another, so their step times saw different moments of the
 machine's load: each row gives the load average at its start.
@@ -32,8 +32,10 @@ __all__ = ["CHAINS", "GOALS", "REGIMES", "run", "subset_row"]
 CHAINS = 10
 REGIMES = ("new", "seen")
 # (warm-up, timed steps of each regime; the scoring's repeats) per mode: at full size a step
-# of ten chains takes about 20 s on one thread, of ten members about 50 s.
-STEPS = {"smoke": (1, 2), "quick": (1, 2), "full": (1, 2)}
+# of ten chains takes about 17 s on one thread, of ten members about 40 s, a scoring of 100
+# statements under ten members about 60 s (each member's output layer: docs/benchmarks.md).
+STEPS = {"smoke": (1, 2), "quick": (1, 1), "full": (1, 2)}
+STATEMENTS = {"smoke": 100, "quick": 20, "full": 100}
 # Issue 31's goals: b / a at most, d / b at least, (b)'s memory over the sum at most.
 GOALS = {"chains_over_one": 1.5, "members_over_chains": 5.0, "memory_ratio": 1.2}
 
@@ -43,7 +45,8 @@ def child(contender: str, subset: str, settings: Settings, chains: int = CHAINS)
     warmup, steps = STEPS.get(settings.mode, STEPS["full"])
     size = settings.mode if settings.mode in STEPS else "full"
     arguments = ["benchmarks.speed.trunk.child", contender, subset, size, settings.device,
-                 f"--chains={chains}", f"--warmup={warmup}", f"--steps={steps}", f"--threads={settings.threads}"]
+                 f"--chains={chains}", f"--warmup={warmup}", f"--steps={steps}", f"--threads={settings.threads}",
+                 f"--statements={STATEMENTS[size]}"]
     return fresh_process(arguments, settings, f"trunk: {contender} on {subset} ({size})")
 
 

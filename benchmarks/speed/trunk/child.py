@@ -22,7 +22,7 @@ as ``new``). Memory: the process's peak resident set (``ru_maxrss``; on a
 GPU ``torch.cuda.max_memory_allocated``), and ``built_bytes`` the same right after the model
 was built.
 
-``scoring``: the last words of :data:`STATEMENTS` random statements of 12 to 20 tokens scored
+``scoring``: the last words of ``--statements`` random statements of 12 to 20 tokens scored
 by :func:`bayesflow.llm.statement_scores.score_statements` (what the evaluate stage calls)
 under 1 member and under K, on the shared trunk and on the whole forward: the first call
 on a fresh problem (nothing kept), then the same call again (the shared trunk reads every
@@ -62,7 +62,8 @@ TRAINABLE: dict[str, Callable[[int], dict[str, Any]]] = {
                                      "layers": [-1]}},
 }
 CONTENDERS = ("one_chain", "chains", "chains_whole", "members")
-# Batches the "seen" regime cycles through, and the statements the scoring reads.
+# Batches the "seen" regime cycles through, and the statements the scoring reads (issue 31:
+# 100 short windows).
 CYCLED = 4
 STATEMENTS = 100
 
@@ -174,45 +175,48 @@ def statements(size: dict[str, int], count: int = STATEMENTS, seed: int = 3) -> 
     return found
 
 
-def score(subset: str, size: dict[str, int], device: str, chains: int = 10, repeats: int = 2) -> dict[str, Any]:
-    """Seconds of scoring :data:`STATEMENTS` statements under 1 and K members, on the shared
-    trunk and on the whole forward: the first call on a fresh problem and the call again."""
+def score(subset: str, size: dict[str, int], device: str, chains: int = 10, repeats: int = 2,
+          count: int = STATEMENTS) -> dict[str, Any]:
+    """Seconds of scoring ``count`` statements under 1 and K members, on the shared trunk and
+    on the whole forward: the first call on a fresh problem and the call again."""
     from bayesflow.llm.statement_scores import score_statements
 
     model, names = build_model(size, subset, device, TRAINABLE[subset](size["layers"]))
-    rows = statements(size)
+    rows = statements(size, count)
     start = problem_of(model, names, size, device, False).init_params(torch.Generator().manual_seed(0))
     noise = torch.randn((chains, start.numel()), generator=torch.Generator().manual_seed(1))
     members = start.unsqueeze(0) + 1e-3 * noise.to(start)  # K members apart
     found: dict[str, Any] = {}
     scores: dict[bool, np.ndarray] = {}
     for share in (True, False):
-        for count in (1, chains):
+        for used in (members[:1], members):
             problem = problem_of(model, names, size, device, share)
             trunk = trunk_of(problem)
+            last: list[Any] = []
 
-            def call(problem: Any = problem, count: int = count) -> Any:
-                return score_statements(problem, members[:count], rows)
+            def call(problem: Any = problem, used: torch.Tensor = used, last: list[Any] = last) -> None:
+                last[:] = [score_statements(problem, used, rows)]
 
             first = time_once(call, device)
             computed = _counted(trunk)
             again = [time_once(call, device) for _ in range(repeats)]
-            found[f"{'shared' if share else 'whole'}_{count}"] = {
-                "members": count, "shared_trunk": trunk is not None, "first_s": first,
+            found[f"{'shared' if share else 'whole'}_{used.shape[0]}"] = {
+                "members": used.shape[0], "shared_trunk": trunk is not None, "first_s": first,
                 "again_s": statistics.median(again), "again_seconds": again,
                 "computed": {"first": computed, "again": _counted(trunk) - computed},
             }
-        scores[share] = call().log_prob
+        scores[share] = last[0].log_prob  # the K members' (the last scored)
     difference = float(np.abs(scores[True] - scores[False]).max())
     return {"subset": subset, "statements": len(rows), "chains": chains, "timings": found,
             "max_log_prob_difference": difference}
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = child_arguments(__doc__, (*CONTENDERS, "scoring"), list(TRAINABLE), list(SIZES), argv, steps=2)
+    args = child_arguments(__doc__, (*CONTENDERS, "scoring"), list(TRAINABLE), list(SIZES), argv, steps=2,
+                           statements=STATEMENTS)
     size = SIZES[args.size]
     if args.contender == "scoring":
-        result = score(args.subset, size, args.device, args.chains, args.steps)
+        result = score(args.subset, size, args.device, args.chains, args.steps, args.statements)
     else:
         result = measure(args.contender, args.subset, size, args.device, args.chains, args.warmup, args.steps)
     print(json.dumps(result))
