@@ -95,7 +95,7 @@ CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {
     "llm": _llm,
 }
 # Cases a run makes only when named (--cases): on a GPU only; on any device, too long for
-# `make bench` (trunk: about 15 minutes on the 2-core CPU, 5 with --quick).
+# `make bench` (trunk: 38 minutes on the 2-core CPU, 14 with --quick at load 5).
 GPU_CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {"llm8b": _llm8b}
 NAMED_CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {"trunk": _trunk}
 
