@@ -22,6 +22,7 @@ from benchmarks.speed.tables import (
     table,
     workflow_section,
 )
+from benchmarks.speed.trunk.table import trunk_section
 
 __all__ = ["END", "START", "markdown", "targets", "write_doc"]
 
@@ -244,6 +245,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("kfac", kfac_section),
         ("llm", llm_section),
         ("llm8b", llm8b_section),
+        ("trunk", trunk_section),
     ]
     for key, render in sections:
         if key in results:

@@ -14,6 +14,7 @@ A case that fails (a workflow whose API is being changed, say) is recorded under
     python -m benchmarks.speed.run --cases pima digits
     python -m benchmarks.speed.run --cases llm          # a language model's subsets (issue 23)
     python -m benchmarks.speed.run --cases llm8b --device cuda   # Llama 3 8B's shape, a GPU only
+    python -m benchmarks.speed.run --cases trunk        # the shared trunk on SmolLM2's shape (issue 31)
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ def _llm8b(settings: Settings) -> dict[str, Any]:
     return case.run_8b(settings)
 
 
+def _trunk(settings: Settings) -> dict[str, Any]:
+    from benchmarks.speed.trunk import case
+
+    return case.run(settings)
+
+
 CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {
     "pima": _pima,
     "digits": _digits,
@@ -87,8 +94,10 @@ CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {
     "kfac": _kfac,
     "llm": _llm,
 }
-# Cases a run makes only when named (--cases), on a GPU only.
+# Cases a run makes only when named (--cases): on a GPU only; on any device, too long for
+# `make bench` (trunk: 38 minutes on the 2-core CPU, 14 with --quick at load 5).
 GPU_CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {"llm8b": _llm8b}
+NAMED_CASES: dict[str, Callable[[Settings], dict[str, Any]]] = {"trunk": _trunk}
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -130,9 +139,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cases",
         nargs="+",
-        choices=[*CASES, *GPU_CASES],
+        choices=[*CASES, *GPU_CASES, *NAMED_CASES],
         default=list(CASES),
-        help="cases to run (default: all but the GPU-only llm8b)",
+        help="cases to run (default: all but the GPU-only llm8b and the long trunk)",
     )
     return parser.parse_args(argv)
 
@@ -178,7 +187,7 @@ def _run(settings: Settings, cases: Sequence[str], command: str) -> dict[str, An
         case_began = time.perf_counter()
         print(f"[benchmarks] {name} ...", file=sys.stderr, flush=True)
         try:
-            results[name] = {**CASES, **GPU_CASES}[name](settings)
+            results[name] = {**CASES, **GPU_CASES, **NAMED_CASES}[name](settings)
         except Exception as exc:  # one case failing leaves the others' results
             if settings.smoke:
                 raise

@@ -33,14 +33,10 @@ different moments of the machine's load, and the interleaved ones are the ratios
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
 from typing import Any
 
-from benchmarks import ROOT
+from benchmarks.common.fresh import fresh_process
 from benchmarks.common.timing import Settings, load_average
 from benchmarks.speed.llm.child import SUBSETS
 
@@ -62,17 +58,12 @@ def child(contender: str, subset: str, size: str, settings: Settings, chains: in
         steps = REPEATS.get(settings.mode, REPEATS["full"])
     common = [f"--chains={chains}", f"--threads={settings.threads}"]
     if contender == "gradient":
-        command = [sys.executable, "-m", "benchmarks.speed.llm.gradient", "--json", f"--size={size}",
-                   f"--subsets={subset}", f"--device={settings.device}", f"--repeats={steps}", *common]
+        arguments = ["benchmarks.speed.llm.gradient", "--json", f"--size={size}", f"--subsets={subset}",
+                     f"--device={settings.device}", f"--repeats={steps}", *common]
     else:
-        command = [sys.executable, "-m", "benchmarks.speed.llm.child", contender, subset, size,
-                   settings.device, f"--warmup={warmup}", f"--steps={steps}", *common]
-    environment = {**os.environ, "OMP_NUM_THREADS": str(settings.threads),
-                   "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{contender} on {subset} ({size}) failed: {done.stderr.strip()[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        arguments = ["benchmarks.speed.llm.child", contender, subset, size, settings.device,
+                     f"--warmup={warmup}", f"--steps={steps}", *common]
+    result = fresh_process(arguments, settings, f"{contender} on {subset} ({size})")
     if "seconds" in result:
         result["step_s"] = statistics.median(result["seconds"])
     return result

@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -40,7 +40,8 @@ from torch.nn import functional
 
 from benchmarks.common.timing import time_once
 
-__all__ = ["LLAMA3_8B", "SIZES", "SUBSETS", "build_model", "interleaved", "measure", "windows_of"]
+__all__ = ["LLAMA3_8B", "SIZES", "SUBSETS", "build_model", "child_arguments", "interleaved", "measure",
+           "windows_of"]
 
 # Model and batch of each size: hidden width, decoder layers, heads, vocabulary, and the
 # windows (count, tokens each, scored tokens at the end of each).
@@ -60,22 +61,31 @@ LLAMA3_8B = {"hidden": 4096, "intermediate": 14336, "layers": 32, "heads": 32, "
 SIZES["llama3_8b"] = LLAMA3_8B
 SIZES["llama3_8b_scaled"] = {"hidden": 64, "intermediate": 224, "layers": 2, "heads": 4, "kv_heads": 1,
                              "vocab": 512, "windows": 2, "length": 24, "scored": 6}
+# SmolLM2-135M's shape (issue 31; random float32 weights, nothing downloaded): 134,515,008
+# parameters, the output layer tied to the embeddings; windows of 64 tokens scoring 32.
+# ``bits``: the weights' float width (bfloat16 unless given), ``tied``: 1 ties them.
+SIZES["smollm2"] = {"hidden": 576, "intermediate": 1536, "layers": 30, "heads": 9, "kv_heads": 3,
+                    "vocab": 49152, "windows": 8, "length": 64, "scored": 32,
+                    "rope_theta": 100000, "tied": 1, "bits": 32}
 SUBSETS = ("lora", "last_layer")
 LEARNING_RATE = 1e-4
 
 
-def build_model(size: dict[str, int], subset: str, device: str) -> tuple[torch.nn.Module, tuple[str, ...]]:
+def build_model(size: dict[str, int], subset: str, device: str,
+                trainable: dict[str, Any] | None = None) -> tuple[torch.nn.Module, tuple[str, ...]]:
     """The model and its trainable tensors' names: through bayesflow's ``causal_lm``
-    builder then moved to ``device``; shapes with key-value heads (Llama 3) built directly
-    on ``device`` in bfloat16 (no CPU copy of 16 GB first)."""
+    builder then moved to ``device``; shapes with key-value heads (Llama 3, SmolLM2) built
+    directly on ``device`` (no CPU copy of 16 GB first), in bfloat16 unless the size gives
+    ``bits: 32``. ``trainable`` (a ``model.trainable`` spec) replaces ``subset``'s."""
     from bayesflow.llm import build_causal_lm
     from bayesflow.spec.llm import TrainableSpec
 
     layers = size["layers"]
-    trainable: dict[str, Any] = (
-        {"lora": {"r": 8, "alpha": 32, "target_modules": ["q_proj", "k_proj", "o_proj"], "layers": [-1]}}
-        if subset == "lora" else {"parameters": [f"model.layers.{layers - 1}.*"]}
-    )
+    if trainable is None:
+        trainable = (
+            {"lora": {"r": 8, "alpha": 32, "target_modules": ["q_proj", "k_proj", "o_proj"], "layers": [-1]}}
+            if subset == "lora" else {"parameters": [f"model.layers.{layers - 1}.*"]}
+        )
     if "kv_heads" not in size:
         model, names = build_causal_lm({
             "name": "causal_lm", "family": "llama", "vocab_size": size["vocab"],
@@ -92,14 +102,16 @@ def build_model(size: dict[str, int], subset: str, device: str) -> tuple[torch.n
         "hidden_size": size["hidden"], "intermediate_size": size["intermediate"],
         "num_hidden_layers": layers, "num_attention_heads": size["heads"],
         "num_key_value_heads": size["kv_heads"], "vocab_size": size["vocab"],
-        "max_position_embeddings": 8192, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
-        "tie_word_embeddings": False, "attn_implementation": "eager",
+        "max_position_embeddings": 8192,
+        "rope_parameters": {"rope_type": "default", "rope_theta": float(size.get("rope_theta", 500000))},
+        "tie_word_embeddings": bool(size.get("tied", 0)), "attn_implementation": "eager",
         "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
     }
     config = transformers.LlamaConfig(**settings)
+    dtype = torch.float32 if size.get("bits") == 32 else torch.bfloat16
     with torch.device(device), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.eval()
     model.requires_grad_(False)
     return apply_trainable(model, TrainableSpec.model_validate(trainable))
@@ -121,14 +133,17 @@ def _floor(model: torch.nn.Module, names: tuple[str, ...], batch: tuple[torch.Te
 
 
 def _bayesflow(model: torch.nn.Module, names: tuple[str, ...], batch: tuple[torch.Tensor, torch.Tensor],
-               scored: int, chains: int | None) -> Callable[[], None]:
+               scored: int, chains: int | None, problem: Any = None) -> Callable[..., None]:
+    """bayesflow's step on ``problem`` (default: :func:`build_lm_problem` of the model, a
+    N(0, 1) prior); the step takes ``batch`` unless given another."""
     from bayesflow.llm.problem import build_lm_problem
     from bayesflow.methods import METHODS
     from bayesflow.priors import diag_normal
     from bayesflow.temperature import Tempering
 
     device = batch[0].device
-    problem = build_lm_problem(model, names, diag_normal(1.0), batch[1].numel(), scored, device)
+    if problem is None:
+        problem = build_lm_problem(model, names, diag_normal(1.0), batch[1].numel(), scored, device)
     if chains is not None:  # SGHMC of K chains (K = 1 too); None: MAP with AdamW
         name, settings = "sghmc", {"chains": chains, "lr": 1e-6, "keep": "last"}
     else:
@@ -139,8 +154,8 @@ def _bayesflow(model: torch.nn.Module, names: tuple[str, ...], batch: tuple[torc
     generator = torch.Generator(device=device).manual_seed(0)
     holder = [engine.init(problem.init_params(generator), generator)]
 
-    def step() -> None:
-        holder[0], _ = engine.update(holder[0], batch)
+    def step(data: tuple[torch.Tensor, torch.Tensor] = batch) -> None:
+        holder[0], _ = engine.update(holder[0], data)
 
     return step
 
@@ -239,18 +254,30 @@ def measure(contender: str, subset: str, size: dict[str, int], device: str, chai
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("contender", choices=("floor", "bayesflow", "posteriors", "sghmc", "interleaved"))
-    parser.add_argument("subset", choices=SUBSETS)
-    parser.add_argument("size", choices=list(SIZES))
+def child_arguments(doc: str, contenders: Sequence[str], subsets: Sequence[str], sizes: Sequence[str],
+                    argv: list[str] | None, steps: int = 3, **extra: int) -> argparse.Namespace:
+    """A child's command line, ``CONTENDER SUBSET SIZE DEVICE [--chains K] [--warmup W]
+    [--steps S] [--threads T]`` and an integer option per ``extra`` (its default), parsed;
+    torch's threads set to ``--threads``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("contender", choices=contenders)
+    parser.add_argument("subset", choices=subsets)
+    parser.add_argument("size", choices=sizes)
     parser.add_argument("device")
     parser.add_argument("--chains", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--threads", type=int, default=1)
+    for name, default in extra.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = child_arguments(__doc__, ("floor", "bayesflow", "posteriors", "sghmc", "interleaved"), SUBSETS,
+                           list(SIZES), argv)
     if args.contender == "interleaved":
         print(json.dumps(interleaved(args.subset, SIZES[args.size], args.device, args.steps)))
         return
