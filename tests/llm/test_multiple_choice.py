@@ -207,7 +207,7 @@ def test_padded_answer_logits_and_log_probabilities_equal_each_prompt_alone(
     problem = build_choice_problem(model, names, none(), 1, labels)
     dataset = load_data(bayesflow.load(write_spec(tmp_path, choice_spec(tmp_path))))
     params = random_lora(problem)
-    inputs, answers = torch.as_tensor(dataset.x_train[:6]), torch.as_tensor(dataset.y_train[:6])
+    inputs, answers = torch.as_tensor(dataset.x_train[:4]), torch.as_tensor(dataset.y_train[:4])
     assert len({int((row >= 0).sum()) for row in inputs}) > 2  # prompts of different lengths
     with torch.no_grad():
         logits = problem.forward(params, inputs).double()
@@ -275,3 +275,24 @@ def test_map_and_a_diagonal_laplace_log_accuracy_nll_ece_and_brier(tmp_path: Pat
         assert frame[metric].notna().all(), metric
     assert frame["test_accuracy"].isin([0, 0.25, 0.5, 0.75, 1]).all()  # 4 test questions
     assert (frame["test_nll"] > 0).all() and frame["test_ece"].between(0, 1).all()
+
+
+@pytest.mark.slow
+def test_bayesflow_validate_exits_3_at_the_records_line(tmp_path: Path) -> None:
+    """The command line: an answer out of range is exit 3 with the spec's line, the file's
+    line and the field, no traceback; the good file validates."""
+    import subprocess
+    import sys
+
+    write_spec(tmp_path, choice_spec(tmp_path))
+    good = subprocess.run([sys.executable, "-m", "bayesflow.cli", "validate", "spec.yaml"], check=False,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0, good.stdout + good.stderr
+    lines = QUESTIONS.read_text().splitlines()
+    lines[4] = lines[4].replace('"answer": 0', '"answer": 7')
+    (tmp_path / "questions.jsonl").write_text("\n".join(lines) + "\n")
+    bad = subprocess.run([sys.executable, "-m", "bayesflow.cli", "validate", "spec.yaml"], check=False,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 3 and "Traceback" not in bad.stderr
+    assert (f"spec.yaml:{line_of(tmp_path, 'data.path')}:3: data.path: questions.jsonl line 5: field 'answer' is 7, "
+            "outside the 4 choices (0-3)") in bad.stderr
