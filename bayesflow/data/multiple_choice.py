@@ -5,7 +5,8 @@ The records are lm-eval's documents of a ``multiple_choice`` task, one a JSONL l
 CSV row: a question, its choices, the answer's index (or letter). Each question becomes a
 prompt (:func:`prompt_of`) whose answer is the next token, one of the choices' label
 tokens (:func:`label_tokens`). Prompts are token ids left-padded with :data:`PADDING` to
-the longest of their set, so every answer position is the last column: the model's
+the longest prompt of every set (train, validation, test, shift: one width, as every
+dataset's inputs have), so every answer position is the last column: the model's
 forward derives the attention mask and the positions from the padding
 (:mod:`bayesflow.llm.choices`) and computes the output layer at that one position only.
 
@@ -204,9 +205,10 @@ def label_tokens(
     return ids
 
 
-def padded_prompts(prompts: list[np.ndarray]) -> np.ndarray:
-    """(n, longest) int64 token ids, each prompt at the right and :data:`PADDING` before it."""
-    width = max((len(ids) for ids in prompts), default=1)
+def padded_prompts(prompts: list[np.ndarray], width: int | None = None) -> np.ndarray:
+    """(n, width) int64 token ids, each prompt at the right and :data:`PADDING` before it
+    (``width`` default: the longest prompt's)."""
+    width = width or max((len(ids) for ids in prompts), default=1)
     array = np.full((len(prompts), width), PADDING, dtype=np.int64)
     for row, ids in enumerate(prompts):
         array[row, width - len(ids):] = ids
@@ -235,9 +237,10 @@ def _encoded(
     return [(ids, question.answer) for ids, question in zip(prompts, questions)]
 
 
-def _arrays(encoded: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The padded prompts and the answers."""
-    return padded_prompts([ids for ids, _ in encoded]), np.asarray([answer for _, answer in encoded], dtype=np.int64)
+def _arrays(encoded: list[tuple[np.ndarray, int]], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts padded to ``width`` and the answers."""
+    return (padded_prompts([ids for ids, _ in encoded], width),
+            np.asarray([answer for _, answer in encoded], dtype=np.int64))
 
 
 def model_context(model: dict[str, Any] | None, base_dir: Path | None) -> int | None:
@@ -297,12 +300,12 @@ def multiple_choice(base_dir: Path | None = None, model: dict[str, Any] | None =
                 context, key))
     count = len(questions[0].choices)
     label_tokens(spec, count, model, base_dir)
-    (x_train, y_train), (x_validation, y_validation), (x_test, y_test) = (_arrays(part) for part in parts)
-    shifts = tuple(
-        (name, *_arrays(_encoded(read_questions(resolve_path(file, base_dir), spec, f"data.shift.{name}", count),
-                                 spec, encode, context, f"data.shift.{name}")))
-        for name, file in spec.shift.items()
-    )
+    shifted = {name: _encoded(read_questions(resolve_path(file, base_dir), spec, f"data.shift.{name}", count),
+                              spec, encode, context, f"data.shift.{name}") for name, file in spec.shift.items()}
+    # One width for every set, as every dataset's inputs have: a posterior predicts any of them.
+    width = max(len(ids) for part in [*parts, *shifted.values()] for ids, _ in part)
+    (x_train, y_train), (x_validation, y_validation), (x_test, y_test) = (_arrays(part, width) for part in parts)
+    shifts = tuple((name, *_arrays(part, width)) for name, part in shifted.items())
     held = len(y_validation) > 0
     return Dataset(
         x_train, y_train, x_test, y_test, "classification", count, source=str(path), target="the answers",

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import bayesflow
+from bayesflow.dag.plan import Stage
 from bayesflow.data.multiple_choice import PADDING, prompt_of, read_questions
 from bayesflow.errors import SpecError
 from bayesflow.llm import build_causal_lm
@@ -227,8 +228,6 @@ def context_of(folder: Path, **sections: Any) -> WorkflowContext:
 def test_the_family_builds_the_choice_problem_with_n_in_questions(tmp_path: Path) -> None:
     """Through the stages' context: N = training questions, outputs (n, 4), the
     temperature's N the same."""
-    from bayesflow.dag.plan import Stage
-
     context = context_of(tmp_path)
     stage = Stage("fit/map/T=shared/seed=0", "fit", (), "k", "map", "map", None, 0)
     problem, likelihood, tempering = context.problem(stage)
@@ -238,6 +237,7 @@ def test_the_family_builds_the_choice_problem_with_n_in_questions(tmp_path: Path
     assert problem.forward(problem.init_params(torch.Generator().manual_seed(0)), x[:3]).shape == (3, 4)
 
 
+@pytest.mark.slow  # 2-4 s a family on the shared CPU: torch.func's first passes through a transformer
 def test_per_question_diagonal_fisher_is_the_sum_of_squared_question_gradients(
     tmp_path: Path, language_model: tuple[Any, tuple[str, ...]]
 ) -> None:
@@ -296,3 +296,47 @@ def test_bayesflow_validate_exits_3_at_the_records_line(tmp_path: Path) -> None:
     assert bad.returncode == 3 and "Traceback" not in bad.stderr
     assert (f"spec.yaml:{line_of(tmp_path, 'data.path')}:3: data.path: questions.jsonl line 5: field 'answer' is 7, "
             "outside the 4 choices (0-3)") in bad.stderr
+
+
+def test_the_shipped_checkpoint_reads_its_folder_tokenizer_and_context_in_bfloat16(tmp_path: Path) -> None:
+    """A folder model (the shipped byte-level checkpoint, frozen weights in bfloat16): the
+    labels through its own tokenizer are the bytes, its context comes from config.json,
+    and the padded label logits equal each prompt run alone within bfloat16's rounding."""
+    model = {"name": "causal_lm", "path": "package:lm/checkpoint", "dtype": "bfloat16",
+             "trainable": {"lora": {"r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj"], "layers": [-1]}}}
+    context = context_of(tmp_path, model=model, data={**DATA, "tokenizer": "model"})
+    stage = Stage("fit/map/T=shared/seed=0", "fit", (), "k", "map", "map", None, 0)
+    problem, _, _ = context.problem(stage)
+    inputs = torch.as_tensor(context.dataset.x_train[:3])
+    params = random_lora(problem)
+    with torch.no_grad():
+        logits = problem.forward(params, inputs).double()
+    direct = torch.stack([own_answer_logits(problem.module, problem, params, row[row >= 0].numpy()) for row in inputs])
+    assert (logits - direct[:, [65, 66, 67, 68]]).abs().max() < 1e-2  # one bfloat16 step at |logit| ≈ 1: 2⁻⁷
+    data = {name: value for name, value in DATA.items() if name != "labels"}
+    message = validate(tmp_path, choice_spec(tmp_path, model={**model, "dtype": "float32"},
+                                             data={**data, "tokenizer": "model"}))
+    assert "data.labels: ' A' is 2 tokens [32, 65] in the model tokenizer" in message
+
+
+@pytest.mark.slow
+def test_a_loaded_posterior_predicts_the_logged_test_nll(tmp_path: Path) -> None:
+    """``load_posterior`` of a MAP fit's folder (its posterior.npz and resolved spec) predicts
+    the test questions' choice probabilities whose NLL is the run's ``test_nll``."""
+    loaded = bayesflow.load(write_spec(tmp_path, {**choice_spec(tmp_path),
+                                                  "execution": {"cache_dir": str(tmp_path / "cache")}}))
+    tracker = InMemoryTracker(tmp_path / "artifacts")
+    result = bayesflow.run(loaded, tracker=tracker)
+    assert result.exit_code == 0, result.outcome.errors
+    logged = bayesflow.results(result.run_id, tracker=tracker).set_index("method").loc["map", "test_nll"]
+    (fitted,) = (tmp_path / "cache").rglob("posterior.npz")
+    folder = tmp_path / "posterior"
+    folder.mkdir()
+    shutil.copy(fitted, folder / "posterior.npz")
+    (folder / "spec.yaml").write_text(loaded.to_yaml())
+    shutil.copy(tmp_path / "questions.jsonl", folder / "questions.jsonl")
+    dataset = load_data(loaded)
+    probabilities = bayesflow.load_posterior(folder).predict(torch.as_tensor(dataset.x_test)).double()
+    assert probabilities.shape == (4, 4)
+    nll = -probabilities[torch.arange(4), torch.as_tensor(dataset.y_test)].log().mean()
+    assert float(nll) == pytest.approx(logged, rel=1e-5)
