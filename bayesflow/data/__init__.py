@@ -3,15 +3,16 @@
 Every loader returns a :class:`Dataset`; its :attr:`Dataset.digest` is a hash of the
 arrays, so a stage's cache key changes when the data do and not otherwise. The modules:
 
-=============  ===========================================================================
-``dataset``    :class:`Dataset`, the registry :data:`DATASETS`, paths and the split
-``tabular``    ``sklearn_digits``, ``csv`` and ``none``
-``imdb``       IMDB movie reviews as padded token ids
-``text``       documents as token windows for a causal language model
-``python``     a user's own function that returns the arrays (runs the user's code)
-``checks``     checks of loaded data against the likelihood (:func:`check_data`)
-``reference``  reference class probabilities from a file (``evaluate.reference.file``)
-=============  ===========================================================================
+===================  ===========================================================================
+``dataset``          :class:`Dataset`, the registry :data:`DATASETS`, paths and the split
+``tabular``          ``sklearn_digits``, ``csv`` and ``none``
+``imdb``             IMDB movie reviews as padded token ids
+``text``             documents as token windows for a causal language model
+``multiple_choice``  questions with lettered choices as prompts for a causal language model
+``python``           a user's own function that returns the arrays (runs the user's code)
+``checks``           checks of loaded data against the likelihood (:func:`check_data`)
+``reference``        reference class probabilities from a file (``evaluate.reference.file``)
+===================  ===========================================================================
 
 Only this module imports the loaders' modules (which registers them); they import
 ``dataset`` and ``checks``, never the package, so no import cycle runs through here.
@@ -22,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bayesflow.data import imdb, python, tabular, text
+from bayesflow.data import imdb, multiple_choice, python, tabular, text
 from bayesflow.data.checks import DataWarning, check_data
 from bayesflow.data.dataset import DATASETS, Dataset, resolve_path
 from bayesflow.data.tabular import (
@@ -43,6 +44,7 @@ __all__ = [
     "csv",
     "csv_target_task",
     "imdb",
+    "multiple_choice",
     "load_dataset",
     "none",
     "python",

@@ -36,7 +36,8 @@ class Dataset:
     (:mod:`bayesflow.data.reference`), one row per compared point; the digest ignores it
     too (it is part of the evaluations' keys, not the fits'), and so does ``statements``, the
     in-distribution texts of ``evaluate.statements`` then each out-of-distribution set's
-    (:mod:`bayesflow.data.statements`).
+    (:mod:`bayesflow.data.statements`), and ``shifts``, named distribution-shift sets of
+    inputs and targets (``multiple_choice``'s ``data.shift``).
     """
 
     x_train: np.ndarray
@@ -55,6 +56,7 @@ class Dataset:
     y_validation: np.ndarray | None = None
     reference: np.ndarray | None = None
     statements: tuple[tuple[str, ...], ...] | None = None
+    shifts: tuple[tuple[str, np.ndarray, np.ndarray], ...] = ()
 
     @property
     def has_validation(self) -> bool:

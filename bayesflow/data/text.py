@@ -30,7 +30,7 @@ from bayesflow.llm.text import (
 )
 from bayesflow.spec.text import TextSpec
 
-__all__ = ["encode_documents", "read_documents", "text", "text_files"]
+__all__ = ["encode_documents", "read_documents", "text", "text_encoder", "text_files"]
 
 
 def text_files(files: list[str], base_dir: Path | None) -> tuple[list[Path], list[str]]:
@@ -88,10 +88,24 @@ def encode_documents(
         SpecError: ``tokenizer: model`` without a model folder, or without the tokenizer
             module in this bayesflow.
     """
-    if spec.tokenizer == "bytes":
-        return [byte_encode(document) for document in documents], BYTE_VOCABULARY
+    encoder, vocabulary = text_encoder(spec.tokenizer, model, base_dir)
+    return [encoder(document) for document in documents], vocabulary
+
+
+def text_encoder(
+    tokenizer: str, model: dict[str, Any] | None, base_dir: Path | None
+) -> tuple[Callable[[str], np.ndarray], int]:
+    """The function from a text to its int64 token ids and the vocabulary size of
+    ``data.tokenizer`` (``bytes``, or ``model``: the model folder's tokenizer).
+
+    Raises:
+        SpecError: ``tokenizer: model`` without a model folder, or without the tokenizer
+            module in this bayesflow.
+    """
+    if tokenizer == "bytes":
+        return byte_encode, BYTE_VOCABULARY
     encoder, vocabulary = _folder_tokenizer(model, base_dir)
-    return [np.asarray(encoder(document), dtype=np.int64) for document in documents], vocabulary
+    return (lambda text: np.asarray(encoder(text), dtype=np.int64)), vocabulary
 
 
 def _folder_tokenizer(model: dict[str, Any] | None, base_dir: Path | None) -> tuple[Callable[[str], Any], int]:

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from bayesflow.likelihoods import Likelihood
     from bayesflow.spec.load import LoadedSpec
 
-__all__ = ["FAMILY", "REFERENCE", "CausalLMFamily", "absolute_path", "base_model_text", "language_model_problem",
-           "language_model_with"]
+__all__ = ["FAMILY", "REFERENCE", "CausalLMFamily", "absolute_path", "base_model_text", "choice_problem",
+           "language_model_problem", "language_model_with"]
 
 # The file beside a language model's posterior.npz that names its base model.
 REFERENCE = "base_model.json"
@@ -61,6 +61,38 @@ def language_model_problem(
     return build_lm_problem(network, names, prior, num_data, scored, device), likelihood
 
 
+def choice_problem(
+    model: Any, data: Any, num_choices: int | None, prior: Any, device: Any, base_dir: Path | None,
+    train_targets: Any = None, shared: bool = True,
+) -> tuple[Problem, Likelihood]:
+    """The problem over a ``causal_lm`` model section's trainable tensors asked the
+    questions of a ``multiple_choice`` data section, and its likelihood
+    (:func:`bayesflow.llm.choices.build_choice_problem`).
+
+    Args:
+        model: the model section (a :class:`~bayesflow.spec.llm.CausalLMSpec` or its dict).
+        data: the data section (a :class:`~bayesflow.spec.choice.MultipleChoiceSpec`):
+            its labels, in its tokenizer, give the label tokens.
+        num_choices: C, the choices per question (None: the number of ``data.labels``).
+        prior, device, base_dir, shared: as for :func:`language_model_problem`.
+        train_targets: the training answers; N their count (1 when None).
+    """
+    from bayesflow.data.multiple_choice import label_tokens
+    from bayesflow.llm import build_causal_lm, shared_causal_lm
+    from bayesflow.llm.choices import build_choice_problem
+    from bayesflow.llm.likelihood import MultipleChoice
+    from bayesflow.spec.llm import CausalLMSpec
+
+    section = model if isinstance(model, CausalLMSpec) else CausalLMSpec.model_validate(model)
+    count = num_choices if num_choices is not None else len(data.labels or ())
+    labels = label_tokens(data, count, section.model_dump(mode="json"), base_dir)
+    likelihood = MultipleChoice()
+    network, names = (shared_causal_lm if shared else build_causal_lm)(model, base_dir)
+    network.to(device)
+    num_data = 1 if train_targets is None else likelihood.data_points(train_targets)
+    return build_choice_problem(network, names, prior, num_data, labels, device), likelihood
+
+
 def language_model_with(problem: Problem, params: Any) -> nn.Module:
     """A copy of the problem's language model with its trainable tensors set to the flat
     vector ``params`` (the frozen weights are copied too: a model of its own)."""
@@ -76,14 +108,15 @@ def language_model_with(problem: Problem, params: Any) -> nn.Module:
     return model.eval()
 
 
-def base_model_text(spec: Any, scored: int, base_dir: Path | None = None) -> str:
+def base_model_text(spec: Any, scored: int | None, base_dir: Path | None = None) -> str:
     """The text of ``base_model.json``: the model section (a config-built model's ``seed``
     included; a folder by its path, made absolute from ``base_dir`` when given) and the
-    tokens scored per window."""
+    tokens scored per window (none for multiple-choice questions)."""
     model = spec.model_dump(mode="json")
     if base_dir is not None and isinstance(model.get("path"), str):
         model["path"] = absolute_path(model["path"], base_dir)
-    return json.dumps({"model": model, "scored": scored}, indent=2) + "\n"
+    reference = {"model": model} if scored is None else {"model": model, "scored": scored}
+    return json.dumps(reference, indent=2) + "\n"
 
 
 def absolute_path(path: str, base_dir: Path | None) -> str:
@@ -119,7 +152,11 @@ class CausalLMFamily:
     def problem(
         self, spec: Any, sizes: Sizes, prior: Any, device: Any, base_dir: Path | None
     ) -> tuple[Problem, Likelihood]:
-        """The problem over the trainable tensors on the process's one frozen model."""
+        """The problem over the trainable tensors on the process's one frozen model: next
+        tokens of text windows, or the answers of multiple-choice questions."""
+        if spec.data.INPUTS == "choice_prompts":
+            return choice_problem(spec.model, spec.data, sizes.num_classes, prior, device, base_dir,
+                                  sizes.train_targets)
         return language_model_problem(spec.model, int(spec.data.scored), prior, device, base_dir,
                                       sizes.train_targets)
 
@@ -130,6 +167,8 @@ class CausalLMFamily:
     def posterior_files(self, spec: Any, base_dir: Path | None) -> dict[str, str]:
         """``base_model.json``: the model section (a folder by its absolute path) and the
         tokens scored per window, what :func:`bayesflow.llm.product.load_lm_posterior` reads."""
+        if spec.data.INPUTS == "choice_prompts":  # no saved-folder loader of a question model yet
+            return {REFERENCE: base_model_text(spec.model, None, base_dir)}
         return {REFERENCE: base_model_text(spec.model, int(spec.data.model_dump()["scored"]), base_dir)}
 
 

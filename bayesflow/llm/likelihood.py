@@ -1,4 +1,5 @@
-"""The next-token likelihood of a causal language model: every scored token is a datum.
+"""The likelihoods of a causal language model: next-token (every scored token a datum) and
+multiple-choice (every question a datum).
 
 Outputs are (..., S, V) logits of a window's S scored tokens, targets (..., S) token ids,
 log p per token (..., S). What differs from a likelihood of one datum per row is said
@@ -7,6 +8,13 @@ curvatures are taken per token (:mod:`bayesflow.llm.curvature`), KFAC covers the
 linear layers with every position a row (:mod:`bayesflow.llm.kfac`), the predictive is
 scored token by token (:mod:`bayesflow.evaluate.tokens`), and a dense curvature (d × d per
 token) is refused.
+
+:class:`MultipleChoice` is the categorical over a question's C choices; its outputs are the
+(..., C) next-token logits of the choices' label tokens at the prompt's last position
+(:mod:`bayesflow.llm.choices`), so a question is one row, as for any classifier: N counts
+questions, the diagonal curvatures are the per-example ones of
+:mod:`bayesflow.engines.curvature` (one gradient, or C vector-Jacobian products, per
+question) and the predictive is the classifier's.
 """
 
 from __future__ import annotations
@@ -22,11 +30,31 @@ from torch.nn import functional
 from bayesflow.errors import StageError
 from bayesflow.likelihoods import LIKELIHOODS, Likelihood
 
-__all__ = ["NextToken", "next_token"]
+__all__ = ["MultipleChoice", "NextToken", "SoftmaxOutputs", "multiple_choice", "next_token"]
+
+
+class SoftmaxOutputs:
+    """The categorical over the outputs' last dimension, whatever the leading ones (chains,
+    windows, scored positions): what both likelihoods of the family share."""
+
+    def log_prob(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        """log softmax(outputs)[target] (...,) for logits (..., K) and targets (...)."""
+        flat = functional.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1).long(),
+                                        reduction="none")
+        return -flat.view(targets.shape)
+
+    def output_hessian(self, outputs: Tensor) -> Tensor:
+        """diag(p) − p pᵀ (..., K, K), the Hessian of −log p in the logits."""
+        probs = outputs.softmax(-1)
+        return torch.diag_embed(probs) - probs.unsqueeze(-1) * probs.unsqueeze(-2)
+
+    def probabilities(self, outputs: Tensor) -> Tensor:
+        """softmax(outputs) (..., K)."""
+        return outputs.softmax(-1)
 
 
 @dataclass(frozen=True)
-class NextToken(Likelihood):
+class NextToken(SoftmaxOutputs, Likelihood):
     """The categorical likelihood of a causal language model's scored tokens
     (:mod:`bayesflow.llm.problem`)."""
 
@@ -34,20 +62,6 @@ class NextToken(Likelihood):
     task: str = "classification"
     dense_curvature = False
     continual_curvature = "diag_fisher"  # the empirical Fisher per token (posteriors' example)
-
-    def log_prob(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        vocabulary = outputs.shape[-1]
-        flat = functional.cross_entropy(
-            outputs.reshape(-1, vocabulary), targets.reshape(-1).long(), reduction="none"
-        )
-        return -flat.view(targets.shape)
-
-    def output_hessian(self, outputs: Tensor) -> Tensor:
-        probs = outputs.softmax(-1)
-        return torch.diag_embed(probs) - probs.unsqueeze(-1) * probs.unsqueeze(-2)
-
-    def probabilities(self, outputs: Tensor) -> Tensor:
-        return outputs.softmax(-1)
 
     def data_points(self, targets: Tensor) -> int:
         """Windows × scored tokens (a tensor's or an array's ``shape``)."""
@@ -93,3 +107,39 @@ class NextToken(Likelihood):
 def next_token() -> Likelihood:
     """The categorical likelihood of a causal language model's scored tokens (:class:`NextToken`)."""
     return NextToken()
+
+
+@dataclass(frozen=True)
+class MultipleChoice(SoftmaxOutputs, Likelihood):
+    """The categorical over a question's choices, its logits the language model's
+    next-token logits of the choices' label tokens at the prompt's last position (the
+    Laplace-LoRA and BLoB convention). Outputs (n, C), targets (n,) answer indices; the
+    temperature convention is every likelihood's, with N = questions."""
+
+    name: str = "multiple_choice"
+    task: str = "classification"
+    dense_curvature = False  # d × d per question for every adapter: the diagonal or nothing
+
+    def num_outputs(self, num_classes: int | None) -> int:
+        assert num_classes is not None, "the number of choices"
+        return num_classes
+
+    def kfac_layers(self, engine: str, kind: str, problem: Any) -> Any:
+        """Refused: the Kronecker factors of left-padded prompts are not built yet.
+
+        Raises:
+            StageError: always, naming the diagonal methods that run.
+        """
+        from bayesflow.methods.registry import methods_with_curvature
+
+        raise StageError(
+            f"{engine}: KFAC on multiple-choice prompts is not built yet (the padding would enter "
+            f"its input factors); use {methods_with_curvature('diag_ggn')} or "
+            f"{methods_with_curvature('diag_fisher')}, one curvature term per question"
+        )
+
+
+@LIKELIHOODS.register("multiple_choice")
+def multiple_choice() -> Likelihood:
+    """The categorical over a question's choices (:class:`MultipleChoice`)."""
+    return MultipleChoice()

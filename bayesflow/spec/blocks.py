@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from bayesflow.spec.choice import MultipleChoiceLikelihoodSpec
 from bayesflow.spec.datasets import DataSpec, ImdbSpec
 from bayesflow.spec.llm import CausalLMSpec
 from bayesflow.spec.strict import Strict
@@ -207,7 +208,7 @@ class NextTokenSpec(Strict):
 
 
 LikelihoodSpec = Annotated[
-    Union[CategoricalSpec, BernoulliSpec, GaussianSpec, EnergySpec, NextTokenSpec],
+    Union[CategoricalSpec, BernoulliSpec, GaussianSpec, EnergySpec, NextTokenSpec, MultipleChoiceLikelihoodSpec],
     Field(discriminator="name"),
 ]
 

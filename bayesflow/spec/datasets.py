@@ -17,11 +17,13 @@ from pydantic import (
 )
 
 from bayesflow.spec.strict import Strict
+from bayesflow.spec.choice import MultipleChoiceSpec
 from bayesflow.spec.text import TextSpec
 from bayesflow.spec.user_data import PythonDataSpec
 
 __all__ = [
-    "CsvSpec", "DataSpec", "ImdbSpec", "NoDataSpec", "SklearnDigitsSpec", "TextSpec", "validation_field",
+    "CsvSpec", "DataSpec", "ImdbSpec", "MultipleChoiceSpec", "NoDataSpec", "SklearnDigitsSpec", "TextSpec",
+    "validation_field",
 ]
 
 
@@ -181,6 +183,6 @@ class NoDataSpec(Strict):
 
 
 DataSpec = Annotated[
-    Union[SklearnDigitsSpec, CsvSpec, ImdbSpec, NoDataSpec, PythonDataSpec, TextSpec],
+    Union[SklearnDigitsSpec, CsvSpec, ImdbSpec, NoDataSpec, PythonDataSpec, TextSpec, MultipleChoiceSpec],
     Field(discriminator="name"),
 ]

@@ -81,7 +81,7 @@ class CausalLMSpec(Strict):
     models, nothing downloaded) or loaded from a local folder (`path`, never fetched)."""
 
     name: Literal["causal_lm"] = Field(description="Registry name of the model.")
-    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"text_tokens"})
+    ACCEPTS: ClassVar[frozenset[str]] = frozenset({"text_tokens", "choice_prompts"})
     family: Literal["llama", "gpt2"] | None = Field(
         None, description="Architecture of a model built from a config (random weights); "
         "null with `path`."

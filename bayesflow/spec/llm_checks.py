@@ -1,8 +1,9 @@
 """Cross-key checks of a spec with a causal language model, on the raw mapping (torch-free).
 
-A ``causal_lm`` model reads ``text`` data under the ``next_token`` likelihood, and only
-those go together (the data/model pair is :func:`bayesflow.spec.relations.cross_check`'s
-``ACCEPTS`` check). A method runs on a language model when its engine takes gradients and
+A ``causal_lm`` model reads ``text`` data under the ``next_token`` likelihood, or
+``multiple_choice`` data under the ``multiple_choice`` likelihood, and only those go
+together (the data/model pair is :func:`bayesflow.spec.relations.cross_check`'s
+``ACCEPTS`` check; :data:`LIKELIHOOD_OF_DATA` the data/likelihood pair). A method runs on a language model when its engine takes gradients and
 log posteriors of the whole batch: every method but those whose traits say they take one
 gradient or curvature row per example (``per_example_rows``: EKF), a curvature other than the
 token Fisher or the KFAC empirical Fisher (the dense Laplaces, the KFAC GGN), or a closed form for other models
@@ -17,9 +18,13 @@ from typing import Any
 from bayesflow.families import CAUSAL_LM, methods_for
 from bayesflow.methods.registry import METHODS, methods_with_curvature
 
-__all__ = ["LM_CURVATURES", "language_model_problems", "refusal"]
+__all__ = ["LIKELIHOOD_OF_DATA", "LM_CURVATURES", "choice_refusal", "language_model_problems", "refusal"]
 
 Problem = tuple[tuple[str, ...], str]
+
+# The likelihood each of the family's data kinds is scored under, and what it scores.
+LIKELIHOOD_OF_DATA = {"text": "next_token", "multiple_choice": "multiple_choice"}
+WHAT_IS_SCORED = {"next_token": "tokens", "multiple_choice": "answers to questions"}
 
 # The Laplace curvatures that run on a language model: one term per scored token
 # (bayesflow.llm.curvature): the empirical Fisher, and the GGN from sampled tokens; and the
@@ -46,28 +51,41 @@ def refusal(traits: Any) -> str | None:
     return None
 
 
+def choice_refusal(traits: Any) -> str | None:
+    """Why a method of ``traits`` cannot run on multiple-choice questions beyond the
+    family's rule, or None when it can."""
+    if traits.curvature == "kfac_fisher":
+        return (f"KFAC on left-padded prompts is not built yet; use {methods_with_curvature('diag_ggn')} or "
+                f"{methods_with_curvature('diag_fisher')}, one curvature term per question")
+    return None
+
+
 def _name(data: dict[str, Any], block: str) -> Any:
     section = data.get(block)
     return section.get("name") if isinstance(section, dict) else None
 
 
 def language_model_problems(data: Any) -> list[Problem]:
-    """Problems of a spec whose model is ``causal_lm`` or whose likelihood is ``next_token``."""
+    """Problems of a spec whose model is ``causal_lm`` or whose likelihood is the family's
+    (``next_token``, ``multiple_choice``)."""
     if not isinstance(data, dict):
         return []
     model, likelihood = _name(data, "model"), _name(data, "likelihood")
-    if model != "causal_lm" and likelihood != "next_token":
+    if model != "causal_lm" and likelihood not in CAUSAL_LM.likelihoods:
         return []
     if model != "causal_lm":
+        source = {value: key for key, value in LIKELIHOOD_OF_DATA.items()}[likelihood]
         return [(("likelihood", "name"),
-                 (f"next_token scores the tokens of a causal language model, but `model.name` is "
-                 f"{model!r}; use `model: {{name: causal_lm, ...}}` with `data: {{name: text, ...}}`, "
-                 "or another likelihood"))]
+                 (f"{likelihood} scores the {WHAT_IS_SCORED[likelihood]} of a causal language model, but "
+                  f"`model.name` is {model!r}; use `model: {{name: causal_lm, ...}}` with "
+                  f"`data: {{name: {source}, ...}}`, or another likelihood"))]
     problems: list[Problem] = []
-    if likelihood is not None and likelihood != "next_token":
+    dataset = _name(data, "data")
+    expected = LIKELIHOOD_OF_DATA.get(dataset, "next_token")
+    if likelihood is not None and likelihood != expected:
         problems.append((("likelihood", "name"),
-                         (f"a causal_lm model predicts the next token of each window: use "
-                         f"`likelihood: {{name: next_token}}`, not {likelihood!r}")))
+                         (f"a causal_lm model on {dataset!r} data is scored by its own likelihood: "
+                          f"use `likelihood: {{name: {expected}}}`, not {likelihood!r}")))
     problems += _data_problems(data)
     problems += _evaluate_problems(data)
     methods = data.get("methods")
@@ -76,6 +94,8 @@ def language_model_problems(data: Any) -> list[Problem]:
         for name, method in methods.items():
             engine = method.get("engine") if isinstance(method, dict) else None
             reason = refusal(METHODS.get(engine).traits) if isinstance(engine, str) and engine in METHODS else None
+            if reason is None and likelihood == "multiple_choice" and isinstance(engine, str) and engine in METHODS:
+                reason = choice_refusal(METHODS.get(engine).traits)
             if reason is not None:
                 problems.append((("methods", str(name), "engine"),
                                  (f"{engine} cannot run on a causal language model ({reason}); "
@@ -90,8 +110,10 @@ def language_model_problems(data: Any) -> list[Problem]:
 
 def _data_problems(data: dict[str, Any]) -> list[Problem]:
     dataset, model = data.get("data"), data.get("model")
-    if not isinstance(dataset, dict) or not isinstance(model, dict) or dataset.get("name") != "text":
+    if not isinstance(dataset, dict) or not isinstance(model, dict) or dataset.get("name") not in LIKELIHOOD_OF_DATA:
         return []
+    if dataset.get("name") != "text":
+        return _tokenizer_problems(dataset, model)
     problems: list[Problem] = []
     length, scored = dataset.get("length", 64), dataset.get("scored", 16)
     if all(isinstance(value, int) and not isinstance(value, bool) for value in (length, scored)):
@@ -104,11 +126,15 @@ def _data_problems(data: dict[str, Any]) -> list[Problem]:
             problems.append((("data", "length"),
                              (f"windows of {length} tokens exceed the model's context of {context} "
                              f"tokens (model.context); use length <= {context}, or a larger context")))
+    return problems + _tokenizer_problems(dataset, model)
+
+
+def _tokenizer_problems(dataset: dict[str, Any], model: dict[str, Any]) -> list[Problem]:
     if dataset.get("tokenizer") == "model" and model.get("path") is None:
-        problems.append((("data", "tokenizer"),
-                         ("`model` reads the tokenizer of the model folder, but the model is built "
-                         "from a config (no `model.path`); use `tokenizer: bytes`")))
-    return problems
+        return [(("data", "tokenizer"),
+                 ("`model` reads the tokenizer of the model folder, but the model is built "
+                  "from a config (no `model.path`); use `tokenizer: bytes`"))]
+    return []
 
 
 def _evaluate_problems(data: dict[str, Any]) -> list[Problem]:

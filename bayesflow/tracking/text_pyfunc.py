@@ -109,7 +109,8 @@ def log_text_model(
         base_dir: the folder a relative ``model.path`` is taken from (default cwd).
 
     Returns:
-        The model's URI (``runs:/<run id>/model``), or None for an in-memory store.
+        The model's URI (``runs:/<run id>/model``), or None for an in-memory store or a fit
+        on multiple-choice questions.
     """
     from bayesflow.data.text import encode_documents
     from bayesflow.llm.family import REFERENCE, base_model_text
@@ -118,6 +119,8 @@ def log_text_model(
         return None
     text = portable_spec(spec_yaml, base_dir)
     spec = read_spec(text)
+    if spec.data.INPUTS != "text_tokens":  # multiple-choice prompts: no model of texts (not built yet)
+        return None
     model = spec.model.model_dump(mode="json")
     _, vocabulary = encode_documents([], spec.data, model, base_dir)
     sizes = {"num_features": spec.data.length, "num_classes": vocabulary, "input_dtype": np.dtype(np.int64).str}

@@ -277,7 +277,7 @@ def test_a_missing_csv_column_names_the_columns(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("sections", "key", "text"), [
-    ({"data": {"name": "imdb"}}, "model.name", "causal_lm reads text_tokens inputs, but data 'imdb' gives tokens"),
+    ({"data": {"name": "imdb"}}, "model.name", "causal_lm reads choice_prompts or text_tokens inputs, but data 'imdb' gives tokens"),
     ({"model": {"name": "mlp"}, "likelihood": {"name": "categorical"}}, "model.name",
      "mlp reads features or tokens inputs, but data 'text' gives text_tokens"),
     ({"model": {"name": "mlp"}}, "likelihood.name", "next_token scores the tokens of a causal language model"),

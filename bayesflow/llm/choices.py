@@ -1,0 +1,105 @@
+"""A causal language model asked multiple-choice questions: the problem whose outputs are
+the next-token logits of the choices' label tokens at each prompt's answer position.
+
+Prompts of different lengths share one (n, L) tensor, left-padded with ``-1``
+(:data:`bayesflow.data.multiple_choice.PADDING`), so the answer position is the last column
+of every row and the output layer runs at that one position (``logits_to_keep=1``) for a
+whole batch. Left padding rather than right padding: with right padding each row's answer
+sits at its own position, and the output layer would run at every position (n × L × V
+logits, 0.3 GB for 8 prompts of 200 tokens over SmolLM2's 49k vocabulary) to gather one
+per row. The forward derives from the padding what the unpadded prompt would have seen:
+
+- the token ids, padding read as id 0 (any id: nothing reads it);
+- each token's position, counted from the prompt's first real token (rotary or learned
+  position embeddings see the positions of the unpadded prompt);
+- a 4-D additive attention mask, causal and closed to padded keys. A padded query may
+  attend to itself only (a row closed everywhere would be a softmax of equal minima:
+  finite in float32, but it can overflow to −∞ and give NaN in bfloat16). transformers
+  uses a 4-D mask as it is given, so no data-dependent branch runs: it works under
+  ``vmap`` over chains and over questions (the per-question curvatures).
+
+So each row's answer logits are those of its prompt run alone, up to rounding
+(``tests/llm/test_multiple_choice.py`` checks them against transformers on each prompt
+unpadded). The frozen trunk (:mod:`bayesflow.llm.trunk`) is not used here: it records the
+mask the model builds from unpadded windows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from bayesflow.engines.base import Problem
+from bayesflow.llm.likelihood import MultipleChoice
+from bayesflow.llm.problem import build_lm_problem, trainable_values
+from bayesflow.priors import Prior
+
+__all__ = ["answer_logits", "build_choice_problem", "padding_arguments"]
+
+
+def padding_arguments(inputs: Tensor, dtype: torch.dtype) -> dict[str, Tensor]:
+    """``input_ids``, ``position_ids`` and the 4-D ``attention_mask`` (…, 1, L, L) of
+    left-padded prompts (padding ``-1``), as the module docstring derives them."""
+    real = inputs >= 0
+    positions = (real.long().cumsum(-1) - 1).clamp(min=0)
+    length = inputs.shape[-1]
+    index = torch.arange(length, device=inputs.device)
+    causal = index[:, None] >= index[None, :]
+    itself = index[:, None] == index[None, :]
+    allowed = causal & (real.unsqueeze(-2) | itself)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=inputs.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return {"input_ids": inputs.clamp(min=0), "position_ids": positions, "attention_mask": mask.unsqueeze(-3)}
+
+
+def answer_logits(model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor) -> Tensor:
+    """The float32 next-token logits (n, V) at the last position of left-padded prompts
+    (n, L), the tensors ``swapped`` in for the model's own."""
+    dtype = next(model.parameters()).dtype
+    options = {**padding_arguments(inputs.long(), dtype), "use_cache": False, "logits_to_keep": 1}
+    return functional_call(model, swapped, (), options, strict=False).logits[..., -1, :].float()
+
+
+def build_choice_problem(
+    model: nn.Module,
+    names: tuple[str, ...],
+    prior: Prior,
+    num_data: int,
+    labels: list[int],
+    device: torch.device | str = "cpu",
+) -> Problem:
+    """The problem over the tensors ``names`` of ``model`` whose forward gives, for each
+    left-padded prompt (n, L), the logits (n, C) of the label tokens ``labels`` at its last
+    position, under the :class:`~bayesflow.llm.likelihood.MultipleChoice` likelihood.
+
+    Everything but the forward is :func:`~bayesflow.llm.problem.build_lm_problem`'s (the
+    prior over the trainable tensors, their start, ``logits`` for unpadded windows, which
+    statements and texts read).
+
+    Args:
+        model: the language model (peft-wrapped for LoRA), on ``device``, in eval mode.
+        names: its trainable tensors.
+        prior: the prior over them.
+        num_data: N, the number of training questions.
+        labels: the token id of each choice's label, in order.
+        device: where the model and the data live.
+    """
+    base = build_lm_problem(model, names, prior, num_data, 1, device)
+    likelihood = MultipleChoice()
+    tensors = trainable_values(model, names)
+    dtypes = tuple(value.dtype for value in tensors.values())
+    sizes = [math.prod(shape) for shape in base.param_shapes]
+    label_ids = torch.as_tensor(labels, dtype=torch.long, device=base.device)
+
+    def forward(params: Tensor, inputs: Tensor) -> Tensor:
+        swapped = {name: piece.reshape(shape).to(dtype) for name, piece, shape, dtype
+                   in zip(names, params.split(sizes), base.param_shapes, dtypes)}
+        return answer_logits(model, swapped, inputs)[..., label_ids]
+
+    return replace(
+        base, forward=forward, log_likelihood=likelihood.log_prob, output_hessian=likelihood.output_hessian,
+        likelihood=likelihood.name, observation=likelihood, without_last=None,
+    )
+
