@@ -10,7 +10,7 @@ from tests.e2e.test_continual_lora import pytestmark  # noqa: F401
 from tests.e2e.test_workflows import bayesflow, fits, report_html, succeeded, workflow
 
 METHODS = ("base", "sgd", "deep_ensemble", "parallel_sghmc", "serial_sghmc")
-# The shipped byte-level checkpoint, its last layer (the workflow's default is SmolLM2-135M).
+# The shipped byte-level checkpoint and its last layer, pinned (SmolLM2-135M runs through overrides: docs/llm.md).
 SMALL = [
     "model.path=package:lm/checkpoint", "data.tokenizer=model", "model.trainable.parameters=[model.layers.3.*]",
     "data.length=64", "data.stride=64", "data.scored=32", "seeds=[0]",

@@ -19,8 +19,8 @@ pytestmark = [
 ]
 
 METHODS = ("online_adamw", "laplace_prior", "offline", "single_episode")
-# The shipped byte-level checkpoint (the workflow's default is SmolLM2-135M, pulled once;
-# tests/llm/test_pretrained.py runs that one), two documents, short windows, one epoch.
+# The shipped byte-level checkpoint, pinned (SmolLM2-135M runs through overrides:
+# docs/llm.md), two documents, short windows, one epoch.
 BYTE_MODEL = ["model.path=package:lm/checkpoint", "data.tokenizer=bytes"]
 SMALL = [*BYTE_MODEL, "data.max_documents=2", "data.length=64", "data.stride=64", "data.scored=16",
          *(f"methods.{name}.epochs=1" for name in METHODS)]
