@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.func import functional_call
 
-__all__ = ["KEPT_SHARE", "LAYOUTS", "Kept", "Layout", "Trunk", "fingerprint", "kept_budget", "split_trunk"]
+__all__ = ["KEPT_SHARE", "LAYOUTS", "Kept", "Layout", "Trunk", "fingerprint", "forget_kept", "kept_budget", "split_trunk"]
 
 # peft's LoRA wrapper keeps the causal language model here (its parameter names start so).
 PEFT_PREFIX = "base_model.model."
@@ -297,6 +297,12 @@ def split_trunk(model: nn.Module, names: tuple[str, ...], budget: int = 0) -> Tr
         return None
     kept = _shared_kept(fingerprint(root, layers, start))
     return Trunk(root, layers, start, norm, head, budget, kept=kept)
+
+
+def forget_kept() -> None:
+    """Drop the windows this process keeps (a benchmark's fresh start; the next trunk
+    computes every window again)."""
+    _LAST.clear()
 
 
 def _shared_kept(key: str) -> Kept:

@@ -40,9 +40,9 @@ TERMS = 256 * LENGTH
 @pytest.fixture(autouse=True)
 def _no_kept_windows() -> None:
     """Each test starts with nothing kept in this process (trunk._LAST)."""
-    from bayesflow.llm import trunk
+    from bayesflow.llm.trunk import forget_kept
 
-    trunk._LAST.clear()
+    forget_kept()
 
 
 def problems(subset: str) -> tuple:

@@ -72,10 +72,13 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 def problem_of(model: torch.nn.Module, names: tuple[str, ...], size: dict[str, int], device: str,
                share_trunk: bool) -> Any:
-    """The language-model problem of ``model`` with a N(0, 1) prior, its trunk shared or not."""
+    """The language-model problem of ``model`` with a N(0, 1) prior, its trunk shared or not;
+    nothing kept from an earlier problem of this process (each contender starts fresh)."""
     from bayesflow.llm.problem import build_lm_problem
+    from bayesflow.llm.trunk import forget_kept
     from bayesflow.priors import diag_normal
 
+    forget_kept()
     scored = size["scored"]
     return build_lm_problem(model, names, diag_normal(1.0), size["windows"] * scored, scored, device,
                             share_trunk=share_trunk)
