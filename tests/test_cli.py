@@ -104,6 +104,7 @@ def test_unexpected_error_is_one_line_unless_debug(workdir: Path, monkeypatch: p
     assert debug.exit_code == 1 and "Traceback (most recent call last):" in debug.output
 
 
+@pytest.mark.slow
 def test_debug_is_accepted_after_the_command(workdir: Path) -> None:
     """The installed entry point takes --debug anywhere; without it there is no traceback."""
     bad = bad_spec(workdir)
@@ -300,6 +301,7 @@ def test_ui_refuses_a_busy_port(workdir: Path) -> None:
     assert not (workdir / "mlflow.db").exists()
 
 
+@pytest.mark.slow
 def test_ui_opens_on_the_runs_table_of_the_latest_experiment(workdir: Path) -> None:
     """The address `ui` prints is the runs table of the experiment that logged last (MLflow 3
     opens on its GenAI home otherwise); an empty folder gets the experiment list and no store."""

@@ -74,6 +74,7 @@ def test_the_scoring_agrees_and_keeps(measured: dict[str, dict[str, dict]]) -> N
             assert row["computed"] == expected
 
 
+@pytest.mark.slow
 def test_the_section_renders_the_goals(measured: dict[str, dict[str, dict]]) -> None:
     """Rows built as :func:`case.run` builds them render both subsets, both regimes, the
     goals and the memory sum."""

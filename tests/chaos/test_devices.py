@@ -53,6 +53,7 @@ def draws() -> list[tuple[str, str, int, str, set[str]]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_source_has_draws_to_check() -> None:
     names = {name for _, _, _, name, _ in draws()}
     assert {"randn", "randperm", "randint"} <= names
@@ -73,6 +74,7 @@ def test_every_new_tensor_drawn_from_a_generator_names_its_device() -> None:
 GUARDED_IN_PLACE = {("engines/sgmcmc.py", "standard_normal"): "scratch.device == generator.device"}
 
 
+@pytest.mark.slow
 def test_no_in_place_draw_from_a_generator() -> None:
     """An in-place draw needs its tensor on the generator's device: none but the guarded ones."""
     found = [(file, function, line) for file, function, line, name, _ in draws() if name in IN_PLACE]

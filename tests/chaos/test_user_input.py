@@ -162,6 +162,7 @@ DATA = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(DATA))
 def test_a_python_data_module_that_misbehaves_is_a_located_spec_error(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

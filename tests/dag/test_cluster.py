@@ -104,6 +104,7 @@ def test_a_remote_failure_names_its_cause_and_node_without_colours() -> None:
     assert error.remote_traceback.startswith('  File "/node/fit.py"')
 
 
+@pytest.mark.slow
 def test_ray_system_errors_are_said_plainly() -> None:
     """A worker that died is named with Ray's words, colours removed; other errors pass."""
     exceptions = pytest.importorskip("ray.exceptions", reason="Ray is the optional extra")
@@ -141,6 +142,7 @@ def test_resources_name_ray_options_and_custom_resources() -> None:
     assert task_options({"num_gpus": 0.5, "big_memory": 1}) == {"num_gpus": 0.5, "resources": {"big_memory": 1}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("gpus", "expected"), [([], "cpu"), ([0], "cuda")])
 def test_auto_device_takes_cuda_only_where_the_ray_task_holds_a_gpu(
     monkeypatch: pytest.MonkeyPatch, gpus: list[int], expected: str

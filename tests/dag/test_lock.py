@@ -163,6 +163,7 @@ def test_a_killed_holder_does_not_block_the_next_run(tmp_path: Path) -> None:
         assert read_holder(root / LOCK_NAME).pid == os.getpid()  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_the_lock_is_reentrant_in_its_thread_and_released_after(tmp_path: Path) -> None:
     """Taking the lock again in the holding thread works; after the outer release another
     process gets it, and the record is cleared."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bayesflow.dag.plan import plan_workflow
 from bayesflow.spec import load_spec
 
@@ -53,6 +55,7 @@ def test_data_digest_enters_every_fit_key(tiny_spec: Path) -> None:
     assert all(first.stages[s.name].key != second.stages[s.name].key for s in first.of_kind("fit"))
 
 
+@pytest.mark.slow
 def test_order_puts_inputs_first(tiny_spec: Path) -> None:
     """The execution order respects every stage's inputs."""
     order = [s.name for s in plan_workflow(load_spec(tiny_spec).spec, "d").order()]
@@ -61,6 +64,7 @@ def test_order_puts_inputs_first(tiny_spec: Path) -> None:
         assert all(order.index(dep) < position for dep in stage.inputs)
 
 
+@pytest.mark.slow
 def test_deep_ensemble_is_shared_across_temperatures(tiny_spec: Path) -> None:
     """A deep ensemble (T = 0 limit of parallel SGHMC) is fitted once per seed."""
     spec = load_spec(tiny_spec, ["+methods.ensemble={engine: deep_ensemble, members: 3}"]).spec

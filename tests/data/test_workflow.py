@@ -99,6 +99,7 @@ def test_a_smaller_model_vocabulary_is_refused(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_tiny_run_fits_and_evaluates_every_kind_of_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The workflow shrunk to 64 reviews, one epoch and one method of each kind runs."""
     monkeypatch.chdir(tmp_path)

@@ -151,6 +151,7 @@ def test_log_evidence_equals_laplace_torch(task: str, structure: str, precision:
     assert float(normal_log_prior(params, precision * ones)) == pytest.approx(float(problem.log_prior(params)), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("structure", ["diag", "full"])
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_chosen_prior_equals_laplace_torch(task: str, structure: str) -> None:

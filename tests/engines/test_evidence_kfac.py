@@ -95,6 +95,7 @@ def test_log_evidence_equals_laplace_torch(name: str, task: str, subset: str, pr
     assert metrics["log_evidence"] == pytest.approx(float(theirs), rel=1e-10, abs=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("subset", ["all", "last_layer"])
 @pytest.mark.parametrize(("name", "task"), CASES)
 def test_chosen_prior_and_its_posterior_equal_laplace_torch(name: str, task: str, subset: str) -> None:

@@ -64,6 +64,7 @@ def sample(temperature: float, **options: Any) -> tuple[Any, float]:
     return CACHE[key]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [1.0, 0.01])
 def test_corrected_sghmc_samples_the_exact_posterior_in_minibatches(temperature: float) -> None:
     """With both options the samples have the exact mean and marginal variances, and the
@@ -116,6 +117,7 @@ def stationary_kinetic(step: float, damping: float, matched: bool, hessian: Tens
     return float(covariance.diagonal()[size:].mean())
 
 
+@pytest.mark.slow
 def test_matched_discretisation_alone_fixes_the_kinetic_temperature_at_full_batch() -> None:
     """At full batch (no gradient noise) the momenta's temperature is what the discrete
     update's stationary law says: Euler's is hot (1/(1 − a/2) for a free particle, more

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from bayesflow.continual import fit_continual
@@ -47,6 +48,7 @@ def run(protocol: str, count: int, strength: float | None = None) -> tuple:
                           torch.Generator().manual_seed(0)))
 
 
+@pytest.mark.slow
 def test_text_episodes_record_every_episode_test_nll() -> None:
     """Three documents, three episodes: the test NLL per scored token of every episode
     after each one, finite, and the average over the episodes seen."""

@@ -74,6 +74,7 @@ def test_values_and_gradients_match_a_plain_forward_and_a_chain_loop(subset: str
         torch.testing.assert_close(gradients[k], expected, **reordered(torch.float32, 256 * LENGTH, scale=float(expected.abs().max())))
 
 
+@pytest.mark.slow
 def test_frozen_weights_are_held_once() -> None:
     torch.manual_seed(0)
     model, names = build_causal_lm(SUBSETS["lora_llama"])

@@ -88,6 +88,7 @@ def test_private_kernel_runs_our_interpreter() -> None:
     assert os.environ.get("JUPYTER_PATH") == before
 
 
+@pytest.mark.slow
 def test_tiny_template_renders_self_contained_html(tmp_path: Path) -> None:
     """A tiny template renders with our interpreter, parameters and an embedded PNG."""
     template = tmp_path / "tiny.py"
@@ -133,6 +134,7 @@ def test_cold_posterior_template_renders(tmp_path: Path) -> None:
     assert "fit/sghmc/T=3/seed=1" in text and "diverged" in text and "bayesflow ui" in text
 
 
+@pytest.mark.slow
 def test_failing_cell_raises_stage_error(tmp_path: Path) -> None:
     """A cell that raises gives a StageError naming the error and keeping the notebook."""
     template = tmp_path / "failing.py"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from bayesflow.dag.plan import plan_workflow
@@ -31,6 +32,7 @@ def test_schema_instances_validate_and_plan_or_raise_a_spec_error(instance: dict
     assert fits, "a valid spec plans at least one fit"
 
 
+@pytest.mark.slow
 def test_the_strategy_reaches_valid_specs() -> None:
     """The strategy is not vacuous: among its draws some specs validate."""
     found: list[bool] = []

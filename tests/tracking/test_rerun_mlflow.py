@@ -43,6 +43,7 @@ def test_both_parents_hold_every_cell_and_the_second_points_to_the_first(twice) 
         assert child.metrics == source.metrics and child.params == source.params
 
 
+@pytest.mark.slow
 def test_readers_agree_for_both_parents_and_the_posterior_loads_through_the_pointer(twice) -> None:
     """results and histories are equal for both parents (run ids aside); load_posterior of
     a reused child samples the same posterior as the child that computed it."""
