@@ -19,8 +19,10 @@ the embeddings and layers ``0 … k − 1`` are frozen. :class:`Trunk` splits th
 
 Under ``vmap(forward, in_dims=(0, None))`` torch already runs the unbatched trunk once per
 call; the split adds the reuse across calls (epochs, members, chunks).
-Windows batched per chain (a :class:`~bayesflow.engines.base.ChainBatch` under ``vmap``)
-run the trunk per chain and are not kept. A model whose trainable tensors include the
+Windows batched per chain (a :class:`~bayesflow.engines.base.ChainBatch` under ``vmap``:
+each chain its own minibatches, as parallel SGHMC draws them) are unwrapped to the plain
+(K, n, L) tokens underneath, looked up and computed as K·n windows outside the ``vmap``, and
+handed back batched per chain: they share the kept windows too. A model whose trainable tensors include the
 embeddings or layer 0, or an architecture not in :data:`LAYOUTS`, gets no trunk
 (:func:`split_trunk` returns None) and runs its whole forward as before.
 """
@@ -33,7 +35,14 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch._C._functorch import is_functorch_wrapped_tensor
+from torch._C._functorch import (
+    _add_batch_dim,
+    get_unwrapped,
+    is_batchedtensor,
+    is_functorch_wrapped_tensor,
+    maybe_get_bdim,
+    maybe_get_level,
+)
 from torch.func import functional_call
 
 __all__ = ["KEPT_SHARE", "LAYOUTS", "Kept", "Layout", "Trunk", "fingerprint", "forget_kept", "kept_budget", "split_trunk"]
@@ -179,11 +188,28 @@ class Trunk:
         """What layer ``start`` receives for the windows ``inputs`` (computed without
         gradients). Each window's hidden states are kept, keyed by its tokens, while they
         fit the budget: a window met again (the next epoch, the next member, the next
-        chunk) is read back, and only the windows not kept run through the trunk."""
+        chunk) is read back, and only the windows not kept run through the trunk.
+        Windows batched per chain under ``vmap`` (a ``ChainBatch``: (K, n, L) underneath)
+        are read as K·n plain windows outside the ``vmap``, and their hidden states are
+        handed back batched per chain."""
         target = self.layers[self.start] if self.start < len(self.layers) else self.norm
+        per_chain = _per_chain_windows(inputs)
+        if per_chain is not None:
+            windows, level = per_chain
+            rows = self._hidden(windows.reshape(-1, windows.shape[-1]), target)
+            hidden = _add_batch_dim(rows.reshape(*windows.shape, -1), 0, level)
+            return _swapped(_record(self.root, inputs, self.layers[0]), hidden)
         if not _keepable(inputs):
             self.computed += int(inputs.shape[0]) if inputs.dim() == 2 else 1
             return _record(self.root, inputs, target)
+        hidden = self._hidden(inputs, target)
+        # Every decoder layer reads the same arguments (LAYOUTS): layer 0's, for these
+        # windows (their embeddings, masks and positions only: cheap), the hidden states swapped.
+        return _swapped(_record(self.root, inputs, self.layers[0]), hidden)
+
+    def _hidden(self, inputs: Tensor, target: nn.Module) -> Tensor:
+        """The hidden states entering ``target`` for the plain windows ``inputs`` (n, L):
+        kept rows read back, the others computed (and kept while there is room)."""
         keys = [row.tobytes() for row in inputs.detach().cpu().numpy()]
         first: dict[bytes, int] = {}
         for index, key in enumerate(keys):
@@ -191,7 +217,7 @@ class Trunk:
                 first.setdefault(key, index)  # each new window once
         if len(first) == len(keys) and not self._room(len(keys), inputs):
             self.computed += len(keys)  # nothing kept and no room: the plain trunk
-            return _record(self.root, inputs, target)
+            return _record(self.root, inputs, target).hidden()
         fresh: dict[bytes, Tensor] = {}
         if first:
             hidden = _record(self.root, inputs[list(first.values())], target).hidden()
@@ -201,13 +227,7 @@ class Trunk:
                 if self._room(1, inputs):
                     self._rows[key] = hidden[row].clone()
                     self.kept.bytes += hidden[row].numel() * hidden.element_size()
-        # Every decoder layer reads the same arguments (LAYOUTS): layer 0's, for these
-        # windows (their embeddings, masks and positions only: cheap), the hidden states swapped.
-        base = _record(self.root, inputs, self.layers[0])
-        hidden = torch.stack([self._rows[key] if key in self._rows else fresh[key] for key in keys])
-        if base.args:
-            return Entered((hidden, *base.args[1:]), base.kwargs)
-        return Entered(base.args, {**base.kwargs, "hidden_states": hidden})
+        return torch.stack([self._rows[key] if key in self._rows else fresh[key] for key in keys])
 
     def _room(self, windows: int, inputs: Tensor) -> bool:
         """Whether ``windows`` more windows of ``inputs``' length fit the budget."""
@@ -245,6 +265,25 @@ def _record(root: nn.Module, inputs: Tensor, target: nn.Module) -> Entered:
     finally:
         handle.remove()
     return recorded[0]
+
+
+def _swapped(base: Entered, hidden: Tensor) -> Entered:
+    """``base``'s arguments with ``hidden`` as the hidden states."""
+    if base.args:
+        return Entered((hidden, *base.args[1:]), base.kwargs)
+    return Entered(base.args, {**base.kwargs, "hidden_states": hidden})
+
+
+def _per_chain_windows(inputs: Tensor) -> tuple[Tensor, int] | None:
+    """For windows batched per chain by one ``vmap`` (a ``ChainBatch``), the plain (K, n, L)
+    tokens underneath and the ``vmap``'s level; None for anything else (shared windows,
+    nested transforms, a compiler's trace)."""
+    if not is_batchedtensor(inputs) or torch.compiler.is_compiling():
+        return None
+    plain = get_unwrapped(inputs)
+    if is_functorch_wrapped_tensor(plain) or plain.dim() != 3 or inputs.dim() != 2:
+        return None
+    return plain.movedim(maybe_get_bdim(inputs), 0), maybe_get_level(inputs)
 
 
 def _element_size(module: nn.Module) -> int:

@@ -130,6 +130,38 @@ def test_each_window_runs_through_the_trunk_once() -> None:
         handle.remove()
 
 
+def test_batches_per_chain_share_the_kept_windows() -> None:
+    """A ChainBatch (each chain its own minibatch, as parallel SGHMC draws them) runs each
+    distinct window through the trunk once, whichever chains hold it, and again never: its
+    values and gradients equal the whole forward's."""
+    shared, whole, chains, (windows, targets) = problems("last_layer_llama")
+    order = torch.stack([torch.randperm(WINDOWS, generator=torch.Generator().manual_seed(k))[:3]
+                         for k in range(CHAINS)])  # (K, 3): chains overlap in their windows
+    own = ChainBatch(windows[order], targets[order])
+    calls: list[int] = []
+    layer = shared.module.model.layers[0]  # type: ignore[union-attr]
+    handle = layer.register_forward_hook(lambda _m, args, _o: calls.append(int(args[0].shape[0])))
+    try:
+        grads, values = chain_gradient(shared, 1.0)(chains, own)
+        distinct = len(set(order.flatten().tolist()))
+        assert calls == [distinct] and shared_trunk(shared).computed == distinct
+        chain_gradient(shared, 1.0)(chains, ChainBatch(windows[order.flip(0)], targets[order.flip(0)]))
+        assert calls == [distinct]  # the next epoch: every window read back
+    finally:
+        handle.remove()
+    expected_grads, expected_values = chain_gradient(whole, 1.0)(chains, own)
+    scale = float(expected_grads.abs().max())
+    torch.testing.assert_close(values, expected_values, **reordered(torch.float32, TERMS))
+    torch.testing.assert_close(grads, expected_grads, **reordered(torch.float32, TERMS, scale=scale))
+
+
+def shared_trunk(problem):  # type: ignore[no-untyped-def]
+    """The trunk the problem's logits read."""
+    import inspect
+
+    return inspect.getclosurevars(problem.logits).nonlocals["trunk"]
+
+
 def test_kept_windows_give_the_values_of_the_whole_forward_in_any_order() -> None:
     """Logits from kept windows, in another order and mixed with new ones, equal the whole
     forward's."""
