@@ -196,8 +196,10 @@ class Trunk:
         per_chain = _per_chain_windows(inputs)
         if per_chain is not None:
             windows, level = per_chain
-            rows = self._hidden(windows.reshape(-1, windows.shape[-1]), target)
-            hidden = _add_batch_dim(rows.reshape(*windows.shape, -1), 0, level)
+            with torch._C._DisableFuncTorch():  # plain tensors, outside every transform
+                rows = self._hidden(windows.reshape(-1, windows.shape[-1]), target)
+                rows = rows.reshape(*windows.shape, -1)
+            hidden = _add_batch_dim(rows, 0, level)
             return _swapped(_record(self.root, inputs, self.layers[0]), hidden)
         if not _keepable(inputs):
             self.computed += int(inputs.shape[0]) if inputs.dim() == 2 else 1
@@ -275,15 +277,22 @@ def _swapped(base: Entered, hidden: Tensor) -> Entered:
 
 
 def _per_chain_windows(inputs: Tensor) -> tuple[Tensor, int] | None:
-    """For windows batched per chain by one ``vmap`` (a ``ChainBatch``), the plain (K, n, L)
-    tokens underneath and the ``vmap``'s level; None for anything else (shared windows,
-    nested transforms, a compiler's trace)."""
-    if not is_batchedtensor(inputs) or torch.compiler.is_compiling():
+    """For windows batched by one ``vmap`` (a ``ChainBatch``; the windows of a chunk under
+    the token curvature's ``vmap``), the plain (K, n, L) tokens underneath and the
+    ``vmap``'s level; None for anything else (shared windows, nested ``vmap``s, a
+    compiler's trace). A gradient transform's wrapper around the tokens (``jacrev``,
+    ``grad``) is looked through: tokens carry no gradient."""
+    if torch.compiler.is_compiling():
         return None
-    plain = get_unwrapped(inputs)
-    if is_functorch_wrapped_tensor(plain) or plain.dim() != 3 or inputs.dim() != 2:
+    batched = inputs
+    while is_functorch_wrapped_tensor(batched) and not is_batchedtensor(batched):
+        batched = get_unwrapped(batched)
+    if not is_batchedtensor(batched) or batched.dim() != 2:
         return None
-    return plain.movedim(maybe_get_bdim(inputs), 0), maybe_get_level(inputs)
+    plain = get_unwrapped(batched)
+    if is_functorch_wrapped_tensor(plain) or plain.dim() != 3:
+        return None
+    return plain.movedim(maybe_get_bdim(batched), 0), maybe_get_level(batched)
 
 
 def _element_size(module: nn.Module) -> int:

@@ -155,6 +155,25 @@ def test_batches_per_chain_share_the_kept_windows() -> None:
     torch.testing.assert_close(grads, expected_grads, **reordered(torch.float32, TERMS, scale=scale))
 
 
+@pytest.mark.parametrize("subset", ["lora_llama", "last_layer_gpt2"])
+def test_the_token_fisher_reads_the_kept_windows_and_equals_the_whole_forward(subset: str) -> None:
+    """The per-token empirical Fisher (windows under ``vmap``, tokens under ``jacrev``) runs
+    each window through the trunk once, reads it back the next time, and equals the whole
+    forward's Fisher."""
+    from bayesflow.llm.curvature import token_diagonal_fisher
+
+    shared, whole, chains, batch = problems(subset)
+    found = token_diagonal_fisher(shared, chains[0], batch)
+    assert shared_trunk(shared).computed == WINDOWS
+    again = token_diagonal_fisher(shared, chains[0], batch)
+    assert shared_trunk(shared).computed == WINDOWS  # every window read back
+    expected = token_diagonal_fisher(whole, chains[0], batch)
+    scale = float(expected.abs().max())
+    assert scale > 0
+    torch.testing.assert_close(found, expected, **reordered(torch.float32, TERMS, scale=scale))
+    torch.testing.assert_close(again, found, rtol=0, atol=0)
+
+
 def shared_trunk(problem):  # type: ignore[no-untyped-def]
     """The trunk the problem's logits read."""
     import inspect
