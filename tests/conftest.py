@@ -63,6 +63,42 @@ def tiny_spec(tmp_path: Path) -> Path:
 # What a CPU of each kernel level gives torch's other libraries: matrix products run in MKL
 # and some layers in oneDNN, each dispatching on the CPU by itself (on this machine MKL's
 # SSE4.2, AVX2 and AVX-512 paths give three different roundings of one float64 product).
+# The bundled language-model workflows run SmolLM2-135M by default, which a machine pulls
+# once (`bayesflow models pull smollm2-135m`, tests/llm/test_pull.py); the other tests run
+# them on the byte-level checkpoint shipped inside the package, with its own window sizes.
+BYTE_CHECKPOINT: dict[str, dict[str, object]] = {
+    "bayesian_llm_ood": {
+        "model.path": "package:lm/checkpoint", "data.tokenizer": "model",
+        "model.trainable.parameters": ["model.layers.3.*"],
+        "data.length": 64, "data.stride": 64, "data.scored": 32,
+    },
+    "continual_lora": {
+        "model.path": "package:lm/checkpoint", "data.tokenizer": "bytes",
+        "data.length": 128, "data.stride": 128, "data.scored": 64,
+    },
+}
+
+
+def byte_checkpoint_overrides(name: str) -> list[str]:
+    """``key=value`` overrides that put the bundled workflow ``name`` on the shipped
+    byte-level checkpoint (none for a workflow without a language model)."""
+    import json
+
+    return [f"{key}={json.dumps(value) if isinstance(value, list) else value}"
+            for key, value in BYTE_CHECKPOINT.get(name, {}).items()]
+
+
+def on_byte_checkpoint(spec: dict[str, object]) -> dict[str, object]:
+    """The parsed bundled workflow ``spec`` on the shipped byte-level checkpoint (in place)."""
+    for key, value in BYTE_CHECKPOINT.get(str(spec.get("name")), {}).items():
+        node = spec
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]  # type: ignore[assignment]
+        node[leaf] = value
+    return spec
+
+
 LIBRARY_LEVELS = {
     "default": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
     "avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},

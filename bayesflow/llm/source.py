@@ -78,6 +78,9 @@ def build_base_model(spec: CausalLMSpec, base_dir: Path | None = None) -> nn.Mod
     dtype = getattr(torch, spec.dtype)
     if spec.path is not None:
         folder = check_folder(spec.path, base_dir)
+        # transformers draws a "Loading weights" bar per load: one per stage and worker in a
+        # run's output, where the progress is bayesflow's own
+        transformers.utils.logging.disable_progress_bar()
         model = transformers.AutoModelForCausalLM.from_pretrained(
             str(folder), local_files_only=True, dtype=dtype, attn_implementation=spec.attention
         )

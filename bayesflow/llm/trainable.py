@@ -5,6 +5,8 @@ once; the engines see the chosen tensors only (:mod:`bayesflow.llm.problem`).
 
 from __future__ import annotations
 
+import warnings
+
 from typing import TYPE_CHECKING
 
 from bayesflow.errors import SpecError
@@ -96,6 +98,8 @@ def _with_lora(model: nn.Module, spec: LoraSpec, where: str) -> nn.Module:
         r=spec.r, lora_alpha=spec.alpha, target_modules=list(spec.target_modules),
         layers_to_transform=layers, lora_dropout=0.0,
     )
-    wrapped = peft.get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft reads transformers' deprecated alias
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
+        wrapped = peft.get_peft_model(model, config)
     wrapped.eval()
     return wrapped  # type: ignore[no-any-return]

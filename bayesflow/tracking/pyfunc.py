@@ -215,7 +215,9 @@ def store_model(
     )
     template = _TEMPLATES.get(key)
     if template is None:
-        with _quiet("mlflow.pyfunc"):  # one INFO line per fit: "Validating input example"
+        with _quiet("mlflow.pyfunc"), warnings.catch_warnings():  # one INFO line per fit: "Validating input example"
+            # a text model's signature says its input (a text column): no example to validate
+            warnings.filterwarnings("ignore", message="An input example was not provided")
             mlflow.pyfunc.save_model(
                 files / MODEL_PATH,
                 python_model=str(files / "model_code.py"),

@@ -19,6 +19,7 @@ resolve inside the installed bayesflow), which must exist where the model is loa
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -143,4 +144,6 @@ def _signature() -> Any:
     inputs = pd.DataFrame({TEXT_COLUMN: ["a text"]})
     outputs = pd.DataFrame({name: np.zeros(1, dtype=np.int64 if name == "tokens" else np.float64)
                             for name in SCORE_COLUMNS})
-    return infer_signature(inputs, outputs, params={"n_samples": 0, "seed": -1})
+    with warnings.catch_warnings():  # `tokens` counts tokens: an integer, never missing
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer column")
+        return infer_signature(inputs, outputs, params={"n_samples": 0, "seed": -1})

@@ -7,13 +7,17 @@ from pathlib import Path
 
 # e2e and slow, and skipped without transformers and peft or the shipped checkpoint
 from tests.e2e.test_continual_lora import pytestmark  # noqa: F401
+from tests.conftest import byte_checkpoint_overrides
 from tests.e2e.test_workflows import bayesflow, fits, report_html, succeeded, workflow
 
 METHODS = ("base", "sgd", "deep_ensemble", "parallel_sghmc", "serial_sghmc")
-# The shipped byte-level checkpoint and its last layer, pinned (SmolLM2-135M runs through overrides: docs/llm.md).
+# The shipped byte-level checkpoint and its last layer, pinned (the workflow's default, SmolLM2-135M,
+# runs in tests/llm/test_pull.py), with the byte model's own step sizes.
 SMALL = [
-    "model.path=package:lm/checkpoint", "data.tokenizer=model", "model.trainable.parameters=[model.layers.3.*]",
-    "data.length=64", "data.stride=64", "data.scored=32", "seeds=[0]",
+    *byte_checkpoint_overrides("bayesian_llm_ood"), "seeds=[0]",
+    "methods.sgd.optimizer.lr=0.2", "methods.deep_ensemble.optimizer.lr=0.2",
+    "methods.parallel_sghmc.lr=0.45", "methods.parallel_sghmc.alpha=0.22",
+    "methods.serial_sghmc.lr=0.45", "methods.serial_sghmc.alpha=0.22",
     "evaluate.n_samples=3", "methods.sgd.epochs=1", "methods.deep_ensemble.epochs=1",
     "methods.deep_ensemble.members=2", "methods.parallel_sghmc.epochs=1", "methods.parallel_sghmc.chains=2",
     "methods.serial_sghmc.epochs=2", "methods.serial_sghmc.burn_in=4", "methods.serial_sghmc.thin=3",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import byte_checkpoint_overrides
 from tests.e2e.test_workflows import bayesflow, client, fits, report_html, succeeded, workflow
 
 pytest.importorskip("transformers")
@@ -19,9 +20,9 @@ pytestmark = [
 ]
 
 METHODS = ("online_adamw", "laplace_prior", "offline", "single_episode")
-# The shipped byte-level checkpoint, pinned (SmolLM2-135M runs through overrides:
-# docs/llm.md), two documents, short windows, one epoch.
-BYTE_MODEL = ["model.path=package:lm/checkpoint", "data.tokenizer=bytes"]
+# The shipped byte-level checkpoint, pinned (the workflow's default is SmolLM2-135M: docs/llm.md),
+# two documents, short windows, one epoch.
+BYTE_MODEL = byte_checkpoint_overrides("continual_lora")
 SMALL = [*BYTE_MODEL, "data.max_documents=2", "data.length=64", "data.stride=64", "data.scored=16",
          *(f"methods.{name}.epochs=1" for name in METHODS)]
 

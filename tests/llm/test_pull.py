@@ -226,3 +226,34 @@ def test_real_smollm2_pull_scores_english_sensibly(home) -> None:
         log_probs = torch.log_softmax(model(ids[None], use_cache=False).logits[0, :-1], dim=-1)
     nll = -log_probs.gather(1, ids[1:, None]).mean().item()
     assert 2.6 <= nll <= 4.5, nll
+
+
+# The bundled bayesian_llm_ood on its default model, reduced to one seed, one epoch and two
+# members a method (the full default: README's table).
+REDUCED_OOD = [
+    "seeds=[0]", "evaluate.n_samples=2", "methods.sgd.epochs=1", "methods.deep_ensemble.epochs=1",
+    "methods.deep_ensemble.members=2", "methods.parallel_sghmc.epochs=1", "methods.parallel_sghmc.chains=2",
+    "methods.serial_sghmc.epochs=2", "methods.serial_sghmc.burn_in=2", "methods.serial_sghmc.thin=2",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_real_smollm2_runs_the_bundled_ood_workflow_by_default(home, tmp_path) -> None:
+    """`bayesflow run bayesian_llm_ood` on its default model once pulled: every method
+    logs its statements' scores, and English statements are less surprising to SmolLM2
+    than their cipher or their Esperanto (total uncertainty tells them apart)."""
+    if not _index_reachable():
+        pytest.skip(f"the package index pip is configured with does not answer for {SMOLLM.requirement}")
+    from tests.e2e.test_workflows import bayesflow, fits, succeeded, workflow
+
+    pull("smollm2-135m", say=lambda _: None)
+    succeeded(bayesflow(tmp_path, "run", workflow("bayesian_llm_ood"), *REDUCED_OOD))
+    runs = fits(tmp_path, "bayesian_llm_ood")
+    assert {run.data.params["method"] for run in runs} == {
+        "base", "sgd", "deep_ensemble", "parallel_sghmc", "serial_sghmc"}
+    for run in runs:
+        metrics = run.data.metrics
+        for name in ("cipher", "esperanto"):
+            assert metrics["statements_nll_in"] < metrics[f"statements_nll_{name}"]
+            assert metrics[f"statements_auroc_tu_{name}"] > 0.9, (run.data.params["method"], name)

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from bayesflow.errors import SpecError
 from bayesflow.methods import METHODS
 from bayesflow.spec import load_spec
-from tests.conftest import TINY_SPEC
+from tests.conftest import TINY_SPEC, on_byte_checkpoint
 
 WORKFLOWS = Path(__file__).parents[2] / "workflows"
 BASES = [yaml.safe_load(TINY_SPEC)] + [
-    yaml.safe_load(path.read_text()) for path in sorted(WORKFLOWS.glob("*.yaml"))
+    on_byte_checkpoint(yaml.safe_load(path.read_text())) for path in sorted(WORKFLOWS.glob("*.yaml"))
 ]
 
 scalars = st.one_of(
