@@ -30,6 +30,7 @@ from tests.engines.helpers import (
 SETTINGS = {"lr": 0.05, "hess_init": 0.5, "beta1": 0.8, "beta2": 0.9, "mc_samples": 2}
 
 
+@pytest.mark.slow
 def test_step_equals_the_package_optimizer_on_the_module(data: tuple[torch.Tensor, torch.Tensor]) -> None:
     """Steps on the flat vector equal ``ivon.IVON`` on the module's own parameters, fed the
     same batches and seeded per step as the engine seeds it: parameters and Hessian."""
