@@ -152,16 +152,16 @@ def build(problem: Problem, tempering: Tempering, config: SWAGSpec) -> Engine:
     def update(state: SWAGState, batch: Batch) -> tuple[SWAGState, dict[str, Tensor]]:
         ascent, log_posteriors = gradient(state.params, batch)
         params, optimizer_state = optimizer.step(state.params, ascent.neg_(), state.optimizer)
-        step, count = state.step + 1, state.count
+        step, count = state.step + 1, state.collected
         if step > first_collected and (step - first_collected) % every == 0:
             count = collect(state, params, count)
-        new_state = state._replace(params=params, optimizer=optimizer_state, step=step, count=count)
+        new_state = state._replace(params=params, optimizer=optimizer_state, step=step, collected=count)
         return new_state, {"loss": -log_posteriors.mean()}
 
     def posterior(state: SWAGState) -> Posterior:
-        if state.count < 2:
+        if state.collected < 2:
             raise StageError(
-                f"swag: {state.count} iterates collected, and the covariance needs two; run "
+                f"swag: {state.collected} iterates collected, and the covariance needs two; run "
                 "the fit past the burn-in"
             )
         draws = draw(state, config.samples, tempering.temperature, state.generator)
@@ -196,7 +196,7 @@ def draw(state: SWAGState, count: int, temperature: float, generator: torch.Gene
     import torch
 
     mean = state.mean
-    columns = min(state.count, state.deviations.shape[1])
+    columns = min(state.collected, state.deviations.shape[1])
     deviations = state.deviations[:, :columns]  # (M, K, d)
     members, dimension = mean.shape
     options: dict[str, Any] = {"generator": generator, "dtype": mean.dtype, "device": generator.device}
@@ -217,7 +217,7 @@ class SWAGState(NamedTuple):
         optimizer: SGD's momentum buffer and step count
             (:class:`~bayesflow.engines.optimize.OptimizerState`).
         step: update steps taken.
-        count: iterates collected (n).
+        collected: iterates collected (n).
         mean: θ̄ (M, d), the running mean of the collected iterates (zeros before any).
         second_moment: s̄ (M, d), the running mean of their squares.
         deviations: D (M, K, d): θᵢ − θ̄ᵢ of the last K collected, iterate i in row
@@ -228,7 +228,7 @@ class SWAGState(NamedTuple):
     params: Tensor
     optimizer: Any
     step: int
-    count: int
+    collected: int
     mean: Tensor
     second_moment: Tensor
     deviations: Tensor

@@ -39,7 +39,7 @@ def test_moments_and_deviations_equal_numpy_on_the_iterates(problem: Problem, da
     )
     state, iterates = run_steps(engine, problem, data, 4)
     collected = np.stack(iterates[3 + 1 :: 2]).astype(np.float64)  # steps 5, 7, 9, 11
-    assert state.count == len(collected) == 4
+    assert state.collected == len(collected) == 4
     counts = np.arange(1, 5)[:, None, None]
     running = np.cumsum(collected, axis=0) / counts
     np.testing.assert_allclose(state.mean.numpy(), collected.mean(0), rtol=1e-5, atol=1e-6)
