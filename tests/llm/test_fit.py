@@ -125,3 +125,29 @@ def test_gradient_methods_run_on_a_language_model_subset(name: str, subset: str)
     assert values is not None and values.shape[-1] == problem.dimension
     assert torch.isfinite(values).all()
     assert not torch.equal(values.reshape(-1, problem.dimension)[-1], start)  # it moved
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("ivon", {"lr": 0.3, "hess_init": 0.1, "beta2": 0.99}),
+        ("swag", {"lr": 0.1, "momentum": 0.9, "burn_in": 15, "collect_every": 1, "rank": 4}),
+    ],
+)
+def test_ivon_and_swag_fits_learn_the_windows(name: str, config: dict) -> None:
+    """IVON's mean and SWAG's draws on a LoRA subset fit the windows' bytes better than the
+    pretrained start (the per-token NLL, at the worst draw, falls by more than half a nat)."""
+    torch.manual_seed(0)
+    model, names = build_causal_lm(tiny(trainable={"lora": {"r": 4, "alpha": 8, "target_modules":
+                                                        ["q_proj", "v_proj", "lm_head"]}}))
+    data = corpus(4)
+    problem = build_lm_problem(model, names, diag_normal(1.0), data[1].numel(), SCORED)
+    start = problem.init_params(torch.Generator().manual_seed(0))
+    before = -float(problem.log_posterior(start, data, 0.0))
+    fitted = run(name, problem, data, epochs=20, batch_size=None, **config)
+    posterior = fitted.posterior
+    points = posterior.mean.unsqueeze(0) if posterior.mean is not None else posterior.samples
+    after = max(-float(problem.log_posterior(point, data, 0.0)) for point in points)
+    # Measured: 5.55 → 4.39 (IVON's mean), 5.55 → at worst 4.32 (SWAG's 30 draws).
+    assert after < before - 0.5, (before, after)
