@@ -160,7 +160,8 @@ class Evaluation:
         arrays: per-point arrays for an ``.npz`` artifact: classification gives
             ``probabilities`` (n, C), ``labels`` and ``uncertainty_total``,
             ``uncertainty_aleatoric``, ``uncertainty_epistemic`` (n,), plus the same with
-            an ``ood_`` prefix (no labels) when OOD outputs were given; regression gives
+            an ``ood_`` prefix (no labels) when OOD outputs were given, and with a
+            ``shift_<name>_`` prefix (with labels) for each shift set; regression gives
             ``predictive_mean``, ``epistemic_variance``, ``predictive_cdf``, ``targets``
             and ``ood_epistemic_variance``.
         conventions: the convention line of each metric, with the settings used.

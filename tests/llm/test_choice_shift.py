@@ -126,3 +126,12 @@ def test_the_shift_sets_are_in_the_evaluations_key(tmp_path: Path) -> None:
                      .stages.values()})
     changed = sorted(name for name in keys[0] if keys[0][name] != keys[1][name])
     assert changed and all(name.startswith("evaluate/") for name in changed)
+
+
+def test_a_shift_set_name_that_cannot_end_a_metric_name_is_refused_where_written(tmp_path: Path) -> None:
+    """A space in a set's name: at `data.shift`, with the characters allowed."""
+    spec = shifted_spec(tmp_path)
+    spec["data"]["shift"] = {"far away": "far.jsonl"}
+    message = validate(tmp_path, spec)
+    assert f"spec.yaml:{line_of(tmp_path, 'data.shift')}" in message
+    assert "use letters, digits, `_`, `-` or `.`, got ['far away']" in message
