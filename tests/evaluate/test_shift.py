@@ -4,6 +4,8 @@ EU of zero."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -32,7 +34,7 @@ def test_shift_metrics_equal_a_direct_computation() -> None:
     confidence, correct = mean.max(-1), (mean.argmax(-1) == labels).astype(float)
     edges = np.linspace(0, 1, 11)
     ece = sum(abs(correct[inside].mean() - confidence[inside].mean()) * inside.mean()
-              for low, high in zip(edges[:-1], edges[1:])
+              for low, high in pairwise(edges)
               if (inside := (confidence > low) & (confidence <= high)).any())
     assert metrics["shift_accuracy_far"] == pytest.approx(correct.mean())
     assert metrics["shift_nll_far"] == pytest.approx(-np.log(mean[rows, labels]).mean())

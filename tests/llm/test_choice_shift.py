@@ -20,16 +20,16 @@ from bayesflow.evaluate import evaluate_full, sample_probabilities
 from bayesflow.evaluate.metrics import classification_metrics
 from bayesflow.tracking import InMemoryTracker
 from tests.llm.spec_helpers import write_spec
-from tests.llm.test_multiple_choice import BAD_RECORDS, QUESTIONS, choice_spec, context_of, validate
+from tests.llm.test_multiple_choice import BAD_RECORDS, choice_spec, context_of, validate
 from tests.llm.test_validate import line_of
 
 # Four questions of other subjects, the shift set "far".
-FAR = "\n".join([
-    '{"question": "Which planet is largest?", "choices": ["Mars", "Jupiter", "Venus", "Mercury"], "answer": 1}',
-    '{"question": "What is 3 times 3?", "choices": ["6", "8", "9", "12"], "answer": 2}',
-    '{"question": "Which is a noun?", "choices": ["run", "blue", "table", "quickly"], "answer": 2}',
-    '{"question": "Who wrote Hamlet?", "choices": ["Shakespeare", "Dickens", "Austen", "Homer"], "answer": 0}',
-]) + "\n"
+FAR = (
+    '{"question": "Which planet is largest?", "choices": ["Mars", "Jupiter", "Venus", "Mercury"], "answer": 1}\n'
+    '{"question": "What is 3 times 3?", "choices": ["6", "8", "9", "12"], "answer": 2}\n'
+    '{"question": "Which is a noun?", "choices": ["run", "blue", "table", "quickly"], "answer": 2}\n'
+    '{"question": "Who wrote Hamlet?", "choices": ["Shakespeare", "Dickens", "Austen", "Homer"], "answer": 0}\n'
+)
 
 
 def shifted_spec(folder: Path, **sections: Any) -> dict[str, Any]:
