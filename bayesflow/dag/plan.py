@@ -340,8 +340,10 @@ def plan_cells(
             inputs = (fit.name, reference.name, judge.name)
         read = spec.evaluate.reference is not None and spec.evaluate.reference.file is not None
         files = [evaluator.key for evaluator in active_evaluators(spec.evaluate) if evaluator.reads_files]
+        if not files and getattr(spec.data, "shift", None):  # multiple_choice's data.shift
+            files = ["shift"]
         digested = "reference_file" if read else files[0] if files else None
-        if digested is not None:  # the file's probabilities, or an evaluator's files (statements)
+        if digested is not None:  # the file's probabilities, or an evaluator's files (statements), or shift sets
             if reference_digest is None:
                 key = "reference.file" if read else digested
                 raise ValueError(f"evaluate.{key} needs its digest (reference_digest)")

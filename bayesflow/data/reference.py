@@ -116,17 +116,25 @@ def comparison_rows(dataset: Dataset) -> tuple[int, str]:
 
 def reference_digest(dataset: Dataset) -> str | None:
     """SHA-256 of what evaluations read beside the data (part of every evaluation's key):
-    the reference probabilities and the statements of ``evaluate.statements``
-    (:mod:`bayesflow.data.statements`); None when they have neither."""
+    the reference probabilities, the statements of ``evaluate.statements``
+    (:mod:`bayesflow.data.statements`) and the shift sets (``data.shift``); None when they
+    have none of them."""
     from bayesflow.data.statements import statements_digest
 
     statements = statements_digest(dataset)
-    if dataset.reference is None:
+    if dataset.reference is None and not dataset.shifts:
         return statements
-    digest = hashlib.sha256(str(dataset.reference.shape).encode())
-    digest.update(np.ascontiguousarray(dataset.reference).tobytes())
+    digest = hashlib.sha256()
+    if dataset.reference is not None:
+        digest.update(str(dataset.reference.shape).encode())
+        digest.update(np.ascontiguousarray(dataset.reference).tobytes())
     if statements is not None:
         digest.update(statements.encode())
+    for name, inputs, labels in dataset.shifts:
+        digest.update(f"shift\0{name}\0".encode())
+        for array in (inputs, labels):
+            digest.update(str((array.shape, array.dtype.str)).encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
 
 

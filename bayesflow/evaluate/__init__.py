@@ -6,6 +6,8 @@ The modules, one responsibility each (docs/metrics.md defines every number):
   bins), Brier, their single-sample versions; RMSE, Gaussian mixture NLL, interval
   coverage.
 - :mod:`~bayesflow.evaluate.uncertainty`: TU/AU/EU decomposition, AUROC, OOD AUROC.
+- :mod:`~bayesflow.evaluate.shift`: a named distribution-shift set's predictive metrics and
+  its AUROCs against the test set (``shift_<metric>_<name>``).
 - :mod:`~bayesflow.evaluate.predictive`: ``evaluate_full(problem, likelihood, posterior,
   x_test, y_test, n_samples, generator, ...)`` draws the posterior samples once
   (``sampled`` or ``linearized`` predictive) and returns an :class:`Evaluation`

@@ -28,6 +28,7 @@ from bayesflow.engines.base import Posterior, Problem
 from bayesflow.evaluate import metrics
 from bayesflow.evaluate.conventions import describe
 from bayesflow.evaluate.linearized import closed_form_scores, linearized_outputs_of
+from bayesflow.evaluate.shift import shift_evaluation
 from bayesflow.evaluate.uncertainty import decompose_uncertainty, ood_auroc
 from bayesflow.likelihoods import Likelihood
 from bayesflow.spec.prediction import CLOSED_FORM, PREDICTIONS, current_name
@@ -159,7 +160,8 @@ class Evaluation:
         arrays: per-point arrays for an ``.npz`` artifact: classification gives
             ``probabilities`` (n, C), ``labels`` and ``uncertainty_total``,
             ``uncertainty_aleatoric``, ``uncertainty_epistemic`` (n,), plus the same with
-            an ``ood_`` prefix (no labels) when OOD outputs were given; regression gives
+            an ``ood_`` prefix (no labels) when OOD outputs were given, and with a
+            ``shift_<name>_`` prefix (with labels) for each shift set; regression gives
             ``predictive_mean``, ``epistemic_variance``, ``predictive_cdf``, ``targets``
             and ``ood_epistemic_variance``.
         conventions: the convention line of each metric, with the settings used.
@@ -188,6 +190,7 @@ def evaluate_classification(
     ece_bins: int = 10,
     ece_binning: str = "equal_width",
     ood_outputs: Tensor | None = None,
+    shift_outputs: Sequence[tuple[str, Tensor, Tensor]] = (),
 ) -> Evaluation:
     """Metrics, uncertainty decomposition and OOD AUROCs of a classifier's sampled outputs.
 
@@ -198,6 +201,8 @@ def evaluate_classification(
         ece_bins, ece_binning: the ECE's bins (see :func:`metrics.ece`).
         ood_outputs: (S, m, k) logits of the same samples on OOD inputs; adds
             ``ood_auroc_total`` and ``ood_auroc_epistemic``.
+        shift_outputs: ``(name, (S, m, k) logits, (m,) labels)`` of named shift sets under
+            the same samples; adds ``shift_<metric>_<name>`` (:mod:`bayesflow.evaluate.shift`).
 
     Returns:
         An :class:`Evaluation` with ``test_nll``, ``test_accuracy``, ``test_ece``,
@@ -215,7 +220,14 @@ def evaluate_classification(
             scores[f"ood_auroc_{kind}"] = ood_auroc(
                 arrays[f"uncertainty_{kind}"], arrays[f"ood_uncertainty_{kind}"]
             )
-    return Evaluation(scores, arrays, describe(scores, ece_bins, ece_binning))
+    conventions = describe(scores, ece_bins, ece_binning)
+    for name, outputs_of_set, labels in shift_outputs:
+        shifted = shift_evaluation(sample_probs, likelihood.probabilities(outputs_of_set).detach().cpu(),
+                                   labels.detach().cpu(), name, ece_bins, ece_binning)
+        scores.update(shifted[0])
+        arrays.update(shifted[1])
+        conventions.update(shifted[2])
+    return Evaluation(scores, arrays, conventions)
 
 
 def evaluate_regression(
@@ -330,6 +342,7 @@ def evaluate_full(
     x_ood: Tensor | None = None,
     prediction: str = "sampled",
     chunk: int = DEFAULT_CHUNK,
+    shifts: Sequence[tuple[str, Tensor, Tensor]] = (),
 ) -> Evaluation:
     """Draw posterior samples once; compute every metric and per-point array from them.
 
@@ -346,9 +359,15 @@ def evaluate_full(
         x_ood: optional OOD inputs for the OOD AUROCs, through the samples of ``x_test``.
         prediction: one of :data:`PREDICTIONS` (``closed_form``: without samples).
         chunk: how many samples one ``vmap`` call evaluates.
+        shifts: ``(name, inputs, labels)`` of named distribution-shift sets
+            (classification), through the samples of ``x_test``.
 
     Returns:
         An :class:`Evaluation`; see :data:`bayesflow.evaluate.CONVENTIONS`.
+
+    Raises:
+        ValueError: shift sets for a likelihood that is not a classifier's, or with the
+            ``closed_form`` predictive (no per-sample probabilities to decompose).
     """
     own = likelihood.evaluation(  # a likelihood of its own data points (a language model's tokens)
         problem, lambda: draw_samples(posterior, n_samples, generator), x_test, y_test, ece_bins=ece_bins,
@@ -358,19 +377,23 @@ def evaluate_full(
     if likelihood.task not in ("classification", "regression"):
         raise ValueError(f"likelihood {likelihood.name!r} has task {likelihood.task!r}; "
                          "expected 'classification' or 'regression'")
+    if shifts and (likelihood.task != "classification" or (
+            current_name(prediction) == CLOSED_FORM and not _is_point_estimate(posterior))):
+        raise ValueError(f"shift sets need a classifier's sampled predictive, got task {likelihood.task!r} "
+                         f"and prediction {prediction!r}; use prediction: sampled or linearized")
     if current_name(prediction) == CLOSED_FORM and not _is_point_estimate(posterior):
         return Evaluation(*closed_form_scores(
             problem, likelihood, posterior, x_test, y_test, ece_bins=ece_bins,
             ece_binning=ece_binning, coverage_levels=coverage_levels, x_ood=x_ood))
-    inputs = x_test if x_ood is None else torch.cat([x_test, x_ood.to(x_test)])
-    outputs = posterior_outputs(problem, posterior, inputs, n_samples, generator, prediction, chunk)
-    test_outputs, ood_outputs = outputs[:, : x_test.shape[0]], None
-    if x_ood is not None:
-        ood_outputs = outputs[:, x_test.shape[0] :]
+    parts = [x_test] + ([] if x_ood is None else [x_ood.to(x_test)]) + [x.to(x_test) for _, x, _ in shifts]
+    outputs = posterior_outputs(problem, posterior, parts[0] if len(parts) == 1 else torch.cat(parts), n_samples, generator, prediction, chunk)
+    pieces = list(outputs.split([part.shape[0] for part in parts], dim=1))
+    test_outputs, ood_outputs = pieces.pop(0), (None if x_ood is None else pieces.pop(0))
     if likelihood.task == "classification":
         return evaluate_classification(
             test_outputs, likelihood, y_test, ece_bins=ece_bins, ece_binning=ece_binning,
             ood_outputs=ood_outputs,
+            shift_outputs=[(name, piece, y) for (name, _, y), piece in zip(shifts, pieces)],
         )
     return evaluate_regression(test_outputs, likelihood, y_test, coverage_levels=coverage_levels,
                                ood_outputs=ood_outputs)

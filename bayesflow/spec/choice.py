@@ -9,6 +9,7 @@ the likelihood is :class:`bayesflow.llm.likelihood.MultipleChoice`.
 
 from __future__ import annotations
 
+import re
 import string
 from typing import ClassVar, Literal
 
@@ -22,6 +23,8 @@ __all__ = ["DEFAULT_TEMPLATE", "ChoiceSplitsSpec", "MultipleChoiceLikelihoodSpec
 DEFAULT_TEMPLATE = "Question: {question}\n{choices}\nAnswer:"
 # The share of `path`'s questions held out for testing when `test_fraction` is not given.
 DEFAULT_TEST_FRACTION = 0.2
+# A shift set's name, the suffix of its metrics (an MLflow metric name's characters).
+SHIFT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # The placeholders a template may hold; both are required.
 TEMPLATE_FIELDS = frozenset({"question", "choices"})
 
@@ -101,8 +104,20 @@ class MultipleChoiceSpec(Strict):
     )
     shift: dict[str, str] = Field(
         default_factory=dict, description="Named distribution-shift sets, `{name: file}`: questions "
-        "of the same shape read and checked with the data (for shift evaluation)."
+        "of the same shape read and checked with the data; the evaluate stage logs each set's "
+        "`shift_accuracy_<name>`, `shift_nll_<name>`, `shift_ece_<name>`, `shift_brier_<name>` and "
+        "the AUROCs of TU and EU against the test questions, `shift_auroc_total_<name>` and "
+        "`shift_auroc_epistemic_<name>`."
     )
+
+    @field_validator("shift")
+    @classmethod
+    def _shift_names(cls, shift: dict[str, str]) -> dict[str, str]:
+        bad = [name for name in shift if not SHIFT_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"shift set names end metric names (shift_accuracy_<name>): use letters, digits, "
+                             f"`_`, `-` or `.`, got {bad}")
+        return shift
 
     @field_validator("template")
     @classmethod

@@ -9,8 +9,11 @@ Stein discrepancy of its samples against the tempered target; with ``evaluate.re
 its distances to the reference method's fit at the same temperature and seed (the stage's
 second input), and the agreement of the two predictives (:mod:`bayesflow.stages.agreement`,
 the reference's evaluation its third input); with ``evaluate.statements``, a language
-model's last-word scores (:mod:`bayesflow.stages.statements`). Saves the per-point arrays (probabilities, uncertainties) as
-``evaluation.npz`` when there are any.
+model's last-word scores (:mod:`bayesflow.stages.statements`); with named shift sets in the
+data (``multiple_choice``'s ``data.shift``), each set's predictive metrics and its AUROCs
+against the test set under the test set's draw (``shift_<metric>_<name>``,
+:mod:`bayesflow.evaluate.shift`). Saves the per-point arrays (probabilities,
+uncertainties; a shift set's under ``shift_<name>_``) as ``evaluation.npz`` when there are any.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ def evaluate(
             n_samples=settings.n_samples, generator=generator, ece_bins=settings.ece_bins,
             ece_binning=settings.ece_binning, coverage_levels=settings.coverage_levels,
             x_ood=x_ood, prediction=prediction_of(context, stage, posterior),
+            shifts=[(name, *context.tensors(x, y, problem.device)) for name, x, y in context.dataset.shifts],
         )
     metrics = {name: float(value) for name, value in result.metrics.items()}
     conventions = dict(result.conventions)
