@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from bayesflow.methods.base import Method, MethodBase, Traits
+from bayesflow.spec.prediction import PREDICTION_DESCRIPTION, Prediction
 
 if TYPE_CHECKING:
     import torch
@@ -58,6 +59,7 @@ class IVONSpec(MethodBase):
     """Improved Variational Online Newton (Shen et al., 2024): a diagonal Gaussian, Adam's cost."""
 
     engine: Literal["ivon"] = Field(description="Registry name of the engine.")
+    prediction: Prediction = Field("sampled", description=PREDICTION_DESCRIPTION)
     lr: PositiveFloat = Field(0.1, description="Learning rate α (the paper's default is 0.1 "
                               "for image classifiers, with `hess_init` 0.1-1).")
     ess: PositiveFloat | None = Field(

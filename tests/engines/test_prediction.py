@@ -13,6 +13,7 @@ from bayesflow.likelihoods import categorical
 from bayesflow.methods import METHODS
 from bayesflow.methods.conjugate import ConjugateLinearSpec
 from bayesflow.methods.ekf import EKFBase
+from bayesflow.methods.ivon import IVONSpec
 from bayesflow.methods.laplace import LaplaceBase
 from bayesflow.methods.vi import VIBase
 from bayesflow.models import linear, mlp
@@ -20,7 +21,7 @@ from bayesflow.priors import diag_normal
 from bayesflow.problem import build_problem
 from tests.engines.helpers import Regression, exact
 
-GAUSSIAN_SPECS = (LaplaceBase, VIBase, EKFBase, ConjugateLinearSpec)
+GAUSSIAN_SPECS = (LaplaceBase, VIBase, EKFBase, ConjugateLinearSpec, IVONSpec)
 GAUSSIAN_ENGINES = [method.name for method in METHODS if method.traits.posterior == "gaussian"]
 
 
