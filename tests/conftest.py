@@ -99,6 +99,22 @@ def on_byte_checkpoint(spec: dict[str, object]) -> dict[str, object]:
     return spec
 
 
+def run_at_one_temperature(spec: dict[str, object], folder: Path):  # type: ignore[no-untyped-def]
+    """``spec`` run at T = 1 with no plots nor report, its cache and sqlite store in
+    ``folder``: (the loaded spec, the run's result), the run checked to have succeeded."""
+    import bayesflow
+
+    spec.update({
+        "temperatures": [1.0], "plots": [], "report": {"enabled": False},
+        "execution": {"cache_dir": str(folder / "cache")},
+        "tracking": {"uri": f"sqlite:///{folder / 'mlflow.db'}"},
+    })
+    loaded = bayesflow.load(spec)
+    result = bayesflow.run(loaded)
+    assert result.exit_code == 0, result.outcome.errors
+    return loaded, result
+
+
 LIBRARY_LEVELS = {
     "default": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
     "avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},

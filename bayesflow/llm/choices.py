@@ -20,14 +20,17 @@ per row. The forward derives from the padding what the unpadded prompt would hav
 
 So each row's answer logits are those of its prompt run alone, up to rounding
 (``tests/llm/test_multiple_choice.py`` checks them against transformers on each prompt
-unpadded). The frozen trunk (:mod:`bayesflow.llm.trunk`) is not used here: it records the
-mask the model builds from unpadded windows.
+unpadded). When the trainable tensors start at decoder layer k > 0, the frozen trunk
+(:mod:`bayesflow.llm.trunk`) runs the layers below k once per prompt, on these same
+arguments, and keeps each prompt's hidden states by its padded tokens: every epoch, member,
+chain and per-question curvature reads them back.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
@@ -35,6 +38,7 @@ from torch.func import functional_call
 from bayesflow.engines.base import Problem
 from bayesflow.llm.likelihood import MultipleChoice
 from bayesflow.llm.problem import build_lm_problem, trainable_values
+from bayesflow.llm.trunk import kept_budget, split_trunk
 from bayesflow.priors import Prior
 
 __all__ = ["answer_logits", "build_choice_problem", "padding_arguments"]
@@ -69,6 +73,7 @@ def build_choice_problem(
     num_data: int,
     labels: list[int],
     device: torch.device | str = "cpu",
+    share_trunk: bool = True,
 ) -> Problem:
     """The problem over the tensors ``names`` of ``model`` whose forward gives, for each
     left-padded prompt (n, L), the logits (n, C) of the label tokens ``labels`` at its last
@@ -85,8 +90,17 @@ def build_choice_problem(
         num_data: N, the number of training questions.
         labels: the token id of each choice's label, in order.
         device: where the model and the data live.
+        share_trunk: run the frozen layers below the first trainable one once per prompt
+            (:mod:`bayesflow.llm.trunk`); False runs the whole forward every call (the
+            reference the tests compare against).
     """
     base = build_lm_problem(model, names, prior, num_data, 1, device)
+    trunk = split_trunk(model, names, kept_budget(base.device)) if share_trunk else None
+    dtype = next(model.parameters()).dtype
+
+    def arguments(inputs: Tensor) -> dict[str, Tensor]:
+        return padding_arguments(inputs, dtype)
+
     likelihood = MultipleChoice()
     tensors = trainable_values(model, names)
     dtypes = tuple(value.dtype for value in tensors.values())
@@ -96,6 +110,9 @@ def build_choice_problem(
     def forward(params: Tensor, inputs: Tensor) -> Tensor:
         swapped = {name: piece.reshape(shape).to(dtype) for name, piece, shape, dtype
                    in zip(names, params.split(sizes), base.param_shapes, dtypes)}
+        if trunk is not None:
+            last = trunk.logits(model, swapped, inputs.long(), 1, arguments=arguments)[..., -1, :]
+            return last.float()[..., label_ids]
         return answer_logits(model, swapped, inputs)[..., label_ids]
 
     return replace(

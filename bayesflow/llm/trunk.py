@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,6 +47,9 @@ from torch._C._functorch import (
 from torch.func import functional_call
 
 __all__ = ["KEPT_SHARE", "LAYOUTS", "Kept", "Layout", "Trunk", "fingerprint", "forget_kept", "kept_budget", "split_trunk"]
+
+# Keyword arguments of the model's forward made from the windows (left-padded prompts).
+Arguments = Callable[[Tensor], dict[str, Tensor]]
 
 # peft's LoRA wrapper keeps the causal language model here (its parameter names start so).
 PEFT_PREFIX = "base_model.model."
@@ -184,32 +188,34 @@ class Trunk:
     def _rows(self) -> dict[bytes, Tensor]:
         return self.kept.rows
 
-    def entered(self, inputs: Tensor) -> Entered:
+    def entered(self, inputs: Tensor, arguments: Arguments | None = None) -> Entered:
         """What layer ``start`` receives for the windows ``inputs`` (computed without
         gradients). Each window's hidden states are kept, keyed by its tokens, while they
         fit the budget: a window met again (the next epoch, the next member, the next
         chunk) is read back, and only the windows not kept run through the trunk.
         Windows batched per chain under ``vmap`` (a ``ChainBatch``: (K, n, L) underneath)
         are read as K·n plain windows outside the ``vmap``, and their hidden states are
-        handed back batched per chain."""
+        handed back batched per chain. ``arguments`` makes the model's keyword arguments
+        from the windows (left-padded prompts: their ids, positions and attention mask;
+        :mod:`bayesflow.llm.choices`); by default the model reads the windows as they are."""
         target = self.layers[self.start] if self.start < len(self.layers) else self.norm
         per_chain = _per_chain_windows(inputs)
         if per_chain is not None:
             windows, level = per_chain
             with torch._C._DisableFuncTorch():  # plain tensors, outside every transform
-                rows = self._hidden(windows.reshape(-1, windows.shape[-1]), target)
+                rows = self._hidden(windows.reshape(-1, windows.shape[-1]), target, arguments)
                 rows = rows.reshape(*windows.shape, -1)
             hidden = _add_batch_dim(rows, 0, level)
-            return _swapped(_record(self.root, inputs, self.layers[0]), hidden)
+            return _swapped(_record(self.root, inputs, self.layers[0], arguments), hidden)
         if not _keepable(inputs):
             self.computed += int(inputs.shape[0]) if inputs.dim() == 2 else 1
-            return _record(self.root, inputs, target)
-        hidden = self._hidden(inputs, target)
+            return _record(self.root, inputs, target, arguments)
+        hidden = self._hidden(inputs, target, arguments)
         # Every decoder layer reads the same arguments (LAYOUTS): layer 0's, for these
         # windows (their embeddings, masks and positions only: cheap), the hidden states swapped.
-        return _swapped(_record(self.root, inputs, self.layers[0]), hidden)
+        return _swapped(_record(self.root, inputs, self.layers[0], arguments), hidden)
 
-    def _hidden(self, inputs: Tensor, target: nn.Module) -> Tensor:
+    def _hidden(self, inputs: Tensor, target: nn.Module, arguments: Arguments | None = None) -> Tensor:
         """The hidden states entering ``target`` for the plain windows ``inputs`` (n, L):
         kept rows read back, the others computed (and kept while there is room)."""
         keys = [row.tobytes() for row in inputs.detach().cpu().numpy()]
@@ -219,10 +225,10 @@ class Trunk:
                 first.setdefault(key, index)  # each new window once
         if len(first) == len(keys) and not self._room(len(keys), inputs):
             self.computed += len(keys)  # nothing kept and no room: the plain trunk
-            return _record(self.root, inputs, target).hidden()
+            return _record(self.root, inputs, target, arguments).hidden()
         fresh: dict[bytes, Tensor] = {}
         if first:
-            hidden = _record(self.root, inputs[list(first.values())], target).hidden()
+            hidden = _record(self.root, inputs[list(first.values())], target, arguments).hidden()
             self.computed += len(first)
             for row, key in enumerate(first):
                 fresh[key] = hidden[row]
@@ -239,19 +245,19 @@ class Trunk:
         return self.kept.bytes + windows * per_window <= self.budget
 
     def logits(self, model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor, keep: int,
-               at: tuple[Tensor, Tensor] | None = None) -> Tensor:
+               at: tuple[Tensor, Tensor] | None = None, arguments: Arguments | None = None) -> Tensor:
         """The logits of the last ``keep`` positions (with ``at``, (windows, positions)
         index tensors into them: only those), the trainable tensors ``swapped`` (by their
-        names in ``model``) into the head."""
+        names in ``model``) into the head; ``arguments`` as for :meth:`entered`."""
         if self._module is None:
             self._module = _Head(model, self)
         named = {f"model.{name}": value for name, value in swapped.items()}
-        return functional_call(self._module, named, (self.entered(inputs), keep, at), strict=False)  # type: ignore[no-any-return]
+        return functional_call(self._module, named, (self.entered(inputs, arguments), keep, at), strict=False)  # type: ignore[no-any-return]
 
 
-def _record(root: nn.Module, inputs: Tensor, target: nn.Module) -> Entered:
+def _record(root: nn.Module, inputs: Tensor, target: nn.Module, arguments: Arguments | None = None) -> Entered:
     """What ``target`` receives when ``root`` runs on ``inputs`` (no gradients; the forward
-    stops there)."""
+    stops there); with ``arguments``, on the keyword arguments it makes of them."""
     recorded: list[Entered] = []
 
     def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -261,7 +267,10 @@ def _record(root: nn.Module, inputs: Tensor, target: nn.Module) -> Entered:
     handle = target.register_forward_pre_hook(record, with_kwargs=True)
     try:
         with torch.no_grad():
-            root(inputs, use_cache=False)
+            if arguments is None:
+                root(inputs, use_cache=False)
+            else:
+                root(**arguments(inputs), use_cache=False)
     except _Reached:
         pass
     finally:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.conftest import byte_checkpoint_overrides
+
 # e2e and slow, and skipped without transformers and peft or the shipped checkpoint
 from tests.e2e.test_continual_lora import pytestmark  # noqa: F401
-from tests.conftest import byte_checkpoint_overrides
 from tests.e2e.test_workflows import bayesflow, fits, report_html, succeeded, workflow
 
 METHODS = ("base", "sgd", "deep_ensemble", "parallel_sghmc", "serial_sghmc")

@@ -220,6 +220,51 @@ def test_padded_answer_logits_and_log_probabilities_equal_each_prompt_alone(
     assert problem.data_points(answers) == len(answers)
 
 
+def test_the_frozen_trunk_runs_each_padded_prompt_once_and_changes_nothing(
+    tmp_path: Path, language_model: tuple[Any, tuple[str, ...]]
+) -> None:
+    """LoRA on the last layer: the layers below run once per padded prompt, for three chains
+    and again for the next call, and the chains' answer logits and gradients equal the
+    whole forward's."""
+    from torch.func import vmap
+
+    from bayesflow.engines.base import ChainBatch
+    from bayesflow.engines.gradient import chain_gradient
+    from bayesflow.llm.trunk import forget_kept, split_trunk
+    from tests.numerics import reordered
+
+    forget_kept()
+    model, names = language_model
+    shared = build_choice_problem(model, names, none(), 4, [65, 66, 67, 68])
+    whole = build_choice_problem(model, names, none(), 4, [65, 66, 67, 68], share_trunk=False)
+    dataset = load_data(bayesflow.load(write_spec(tmp_path, choice_spec(tmp_path))))
+    inputs, answers = torch.as_tensor(dataset.x_train[:4]), torch.as_tensor(dataset.y_train[:4])
+    chains = torch.stack([random_lora(shared, seed) for seed in (1, 2, 3)])
+    calls: list[int] = []
+    trunk = split_trunk(model, names)
+    assert trunk is not None and trunk.start == 1
+    first = trunk.layers[0]
+    handle = first.register_forward_hook(lambda _m, args, _o: calls.append(int(args[0].shape[0])))
+    try:
+        with torch.no_grad():
+            found = vmap(shared.forward, in_dims=(0, None))(chains, inputs)
+            vmap(shared.forward, in_dims=(0, None))(chains, inputs)
+        own = ChainBatch(inputs.expand(3, -1, -1), answers.expand(3, -1))
+        grads, values = chain_gradient(shared, 1.0)(chains, own)
+        assert calls == [4]  # four prompts, once
+    finally:
+        handle.remove()
+    with torch.no_grad():
+        expected = vmap(whole.forward, in_dims=(0, None))(chains, inputs)
+    expected_grads, expected_values = chain_gradient(whole, 1.0)(chains, own)
+    terms = 64 * inputs.shape[1]
+    torch.testing.assert_close(found, expected, **reordered(torch.float32, terms))
+    torch.testing.assert_close(values, expected_values, **reordered(torch.float32, terms))
+    scale = float(expected_grads.abs().max())
+    assert scale > 0
+    torch.testing.assert_close(grads, expected_grads, **reordered(torch.float32, terms, scale=scale))
+
+
 def context_of(folder: Path, **sections: Any) -> WorkflowContext:
     loaded = bayesflow.load(write_spec(folder, choice_spec(folder, **sections)))
     return WorkflowContext(loaded, load_data(loaded))

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import yaml
 
-import bayesflow
 from bayesflow.posterior import load_posterior
-from tests.conftest import TINY_SPEC
+from tests.conftest import TINY_SPEC, run_at_one_temperature
 
 # A real workflow run into a SQLite MLflow store.
 pytestmark = pytest.mark.slow
@@ -25,14 +24,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, s
     resolved spec, folder."""
     folder = tmp_path_factory.mktemp("pyfunc")
     spec = yaml.safe_load(TINY_SPEC)
-    spec.update({
-        "temperatures": [1.0], "plots": [], "report": {"enabled": False},
-        "execution": {"cache_dir": str(folder / "cache")},
-        "tracking": {"uri": f"sqlite:///{folder / 'mlflow.db'}"},
-    })
-    loaded = bayesflow.load(spec)
-    result = bayesflow.run(loaded)
-    assert result.exit_code == 0, result.outcome.errors
+    loaded, result = run_at_one_temperature(spec, folder)
     runs = {name.split("/")[1]: run_id for name, run_id in result.fit_runs.items()}
     return result.tracking_uri, runs, loaded.to_yaml(), folder
 
