@@ -178,7 +178,7 @@ def build(problem: Problem, tempering: Tempering, config: IVONSpec) -> Engine:
 
     def update(state: IVONState, batch: Batch) -> tuple[IVONState, dict[str, Tensor]]:
         mean, optimizer = state.mean, state.optimizer
-        seed = int(torch.randint(0, SEED_BOUND, (1,), generator=state.generator))
+        seed = int(torch.randint(0, SEED_BOUND, (1,), generator=state.generator, device=state.generator.device))
         devices = [mean.device] if mean.device.type == "cuda" else []
         losses = []
         with torch.random.fork_rng(devices=devices):
