@@ -60,9 +60,11 @@ def choice_refusal(traits: Any) -> str | None:
     return None
 
 
-def _name(data: dict[str, Any], block: str) -> Any:
+def _name(data: dict[str, Any], block: str) -> str | None:
+    """The block's `name` when it is a string (anything else is the schema's error to report)."""
     section = data.get(block)
-    return section.get("name") if isinstance(section, dict) else None
+    name = section.get("name") if isinstance(section, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def language_model_problems(data: Any) -> list[Problem]:
@@ -73,7 +75,7 @@ def language_model_problems(data: Any) -> list[Problem]:
     model, likelihood = _name(data, "model"), _name(data, "likelihood")
     if model != "causal_lm" and likelihood not in CAUSAL_LM.likelihoods:
         return []
-    if model != "causal_lm":
+    if model != "causal_lm" and likelihood is not None:
         source = {value: key for key, value in LIKELIHOOD_OF_DATA.items()}[likelihood]
         return [(("likelihood", "name"),
                  (f"{likelihood} scores the {WHAT_IS_SCORED[likelihood]} of a causal language model, but "
@@ -81,7 +83,7 @@ def language_model_problems(data: Any) -> list[Problem]:
                   f"`data: {{name: {source}, ...}}`, or another likelihood"))]
     problems: list[Problem] = []
     dataset = _name(data, "data")
-    expected = LIKELIHOOD_OF_DATA.get(dataset, "next_token")
+    expected = LIKELIHOOD_OF_DATA.get(dataset or "", "next_token")
     if likelihood is not None and likelihood != expected:
         problems.append((("likelihood", "name"),
                          (f"a causal_lm model on {dataset!r} data is scored by its own likelihood: "

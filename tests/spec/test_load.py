@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bayesflow.errors import SpecError
 from bayesflow.methods import METHODS
@@ -223,3 +224,13 @@ def test_the_resolved_spec_loads_back_with_the_same_stage_keys(tmp_path: Path) -
         return {name: stage.key for name, stage in plan_cells(spec, "data").items()}  # type: ignore[arg-type]
 
     assert keys(again.spec) == keys(loaded.spec)
+
+
+@pytest.mark.parametrize("block", ["model", "likelihood", "data"])
+def test_a_name_that_is_not_a_string_is_a_spec_error(block: str) -> None:
+    """`likelihood: {name: []}` (found by the mutation property): a located spec error, not a
+    TypeError in the language-model checks."""
+    spec = yaml.safe_load(TINY_SPEC)
+    spec[block]["name"] = []
+    with pytest.raises(SpecError, match=rf"{block}\.name"):
+        load_spec(spec)
