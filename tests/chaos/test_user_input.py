@@ -127,6 +127,7 @@ def user_module(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     sys.modules.pop(name, None)
 
 
+@pytest.mark.slow  # 2-4 s on the shared 2-core CPU: make test, not the fast lane
 @pytest.mark.parametrize("case", sorted(MODELS))
 def test_a_python_model_that_misbehaves_is_a_located_spec_error(case: str, user_module: str, tmp_path: Path) -> None:
     """A model module that does not import, exits or never returns is refused at validate
@@ -142,6 +143,7 @@ def test_a_python_model_that_misbehaves_is_a_located_spec_error(case: str, user_
     assert "Traceback" not in validated.output and "valid (" not in validated.output
 
 
+@pytest.mark.slow  # 2-4 s on the shared 2-core CPU: make test, not the fast lane
 def test_a_run_whose_model_exits_stops_before_any_stage(user_module: str, tmp_path: Path) -> None:
     """`run` refuses a model module that calls sys.exit as validate does (exit 3, not a
     quiet exit 0), before any stage is computed or tracked."""
@@ -206,6 +208,7 @@ CSV_FILES = {
 }
 
 
+@pytest.mark.slow  # 2-4 s on the shared 2-core CPU: make test, not the fast lane
 @pytest.mark.parametrize("case", sorted(CSV_FILES))
 def test_a_csv_file_that_is_not_a_table_gets_a_short_message(case: str, tmp_path: Path) -> None:
     """validate and run refuse it with exit 3 in at most 500 characters, naming the file

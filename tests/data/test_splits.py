@@ -21,6 +21,7 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
+@pytest.mark.slow  # 2-4 s on the shared 2-core CPU: make test, not the fast lane
 def test_digits_are_load_digits_bit_for_bit() -> None:
     """The same file parsed by the same np.loadtxt: equal values, dtypes and shapes."""
     from sklearn.datasets import load_digits

@@ -197,6 +197,7 @@ def test_draws_have_laplace_torch_covariance_and_density(name: str) -> None:
                                **TOLERANCE)
 
 
+@pytest.mark.slow  # 2-4 s on the shared 2-core CPU: make test, not the fast lane
 @pytest.mark.parametrize("name", NAMES)
 def test_sampled_predictive_agrees_with_laplace_torch(name: str) -> None:
     """The predictive class probabilities of 4,000 draws of the last layer agree with

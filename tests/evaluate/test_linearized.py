@@ -47,6 +47,7 @@ def test_probit_evaluation_scores_the_probit_predictive(outputs: int) -> None:
     assert "probit" in result.conventions["predictive"]
 
 
+@pytest.mark.slow  # 2-4 s on the shared 2-core CPU: make test, not the fast lane
 def test_monte_carlo_evaluation_keeps_every_metric() -> None:
     """`linearized_mc` has per-sample probabilities: `_single` metrics, the decomposition,
     and a predictive close to the probit one (the two approximate the same integral)."""

@@ -64,6 +64,7 @@ def test_a_seeded_store_is_the_store_mlflow_makes(tmp_path: Path, monkeypatch: p
     assert seeded == plain
 
 
+@pytest.mark.slow  # 2-4 s on the shared 2-core CPU: make test, not the fast lane
 def test_no_seed_where_the_store_exists_or_seeding_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An existing file is never replaced; an unwritable cache leaves creation to MLflow."""
     existing = tmp_path / "mlflow.db"
