@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bayesflow.report.tables import temperature_free
+from bayesflow.report.tables import mean_and_spread, temperature_free
 
 __all__ = ["SHARED", "TABLE_COLUMNS", "TEST_SET", "auroc_table", "choice_table", "reliability_diagram", "reliability_frame",
            "set_metric", "shift_sets"]
@@ -94,12 +94,7 @@ def auroc_table(frame: pd.DataFrame, set_name: str, order: Sequence[str] = ()) -
 
 
 def _mean_sd(values: pd.Series) -> str:
-    finite = values[np.isfinite(values)]
-    if finite.empty:
-        return "—"
-    if len(finite) == 1:
-        return f"{finite.iloc[0]:.3f}"
-    return f"{finite.mean():.3f} ± {finite.std(ddof=1):.3f}"
+    return mean_and_spread(values, empty="—")
 
 
 def reliability_frame(

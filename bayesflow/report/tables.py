@@ -171,7 +171,7 @@ def results_table(frame: pd.DataFrame, metrics: Iterable[str] = TABLE_METRICS) -
         row["temperature"] = float(row["temperature"])
         row["finished"] = _marked(f"{len(finished)}/{len(group)}", finished, other_flags)
         for metric in metrics:
-            row[metric] = _marked(_mean_and_spread(finished[metric]), finished, [metric])
+            row[metric] = _marked(mean_and_spread(finished[metric]), finished, [metric])
         rows.append(row)
     table = pd.DataFrame(rows, columns=[*keys, "finished", *metrics])
     return _in_order(table, frame, keys).reset_index(drop=True)
@@ -216,8 +216,8 @@ def best_temperature_table(frame: pd.DataFrame, metric: str = "test_nll") -> pd.
         )
         row[CHOSEN_ON] = "validation" if chosen == validation else "test"
         for name in shown:
-            row[name] = _marked(_mean_and_spread(done[name]), done, [name])
-        row[validation] = _mean_and_spread(done[validation]) if chosen == validation else "—"
+            row[name] = _marked(mean_and_spread(done[name]), done, [name])
+        row[validation] = mean_and_spread(done[validation]) if chosen == validation else "—"
         row["seeds finished"] = _marked(
             f"{done['seed'].nunique()}/{cell['seed'].nunique()}", done,
             [c for c in flag_columns(frame) if c not in shown],
@@ -369,11 +369,13 @@ def _in_order(table: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> pd.D
     )
 
 
-def _mean_and_spread(values: pd.Series) -> str:
+def mean_and_spread(values: pd.Series, empty: str = "failed") -> str:
+    """``mean ± sd`` (ddof 1) of the finite numbers in ``values`` to 3 decimals, the one
+    value alone, or ``empty`` when there is none."""
     numbers = pd.to_numeric(values, errors="coerce").dropna()
     numbers = numbers[np.isfinite(numbers)]
     if numbers.empty:
-        return "failed"
+        return empty
     if len(numbers) == 1:
         return f"{numbers.iloc[0]:.3f}"
     return f"{numbers.mean():.3f} ± {numbers.std(ddof=1):.3f}"
