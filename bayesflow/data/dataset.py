@@ -37,7 +37,9 @@ class Dataset:
     too (it is part of the evaluations' keys, not the fits'), and so does ``statements``, the
     in-distribution texts of ``evaluate.statements`` then each out-of-distribution set's
     (:mod:`bayesflow.data.statements`), and ``shifts``, named distribution-shift sets of
-    inputs and targets (``multiple_choice``'s ``data.shift``).
+    inputs and targets (``multiple_choice``'s ``data.shift``). ``continuation_tokens`` is the
+    longest choice continuation of ``multiple_choice`` data scored as continuations (every
+    set's): the positions whose next-token logits the problem computes (None otherwise).
     """
 
     x_train: np.ndarray
@@ -57,6 +59,7 @@ class Dataset:
     reference: np.ndarray | None = None
     statements: tuple[tuple[str, ...], ...] | None = None
     shifts: tuple[tuple[str, np.ndarray, np.ndarray], ...] = ()
+    continuation_tokens: int | None = None
 
     @property
     def has_validation(self) -> bool:

@@ -34,8 +34,8 @@ from bayesflow.data.text import text_encoder
 from bayesflow.errors import DataError
 from bayesflow.spec.choice import MultipleChoiceSpec, default_labels
 
-__all__ = ["PADDING", "Question", "choice_labels", "label_tokens", "multiple_choice", "padded_prompts",
-           "prompt_of", "read_questions"]
+__all__ = ["PADDING", "Question", "choice_labels", "continuation_rows", "continuations_of", "label_tokens",
+           "multiple_choice", "padded_prompts", "prompt_of", "read_questions"]
 
 # The token id that marks padding in a prompts array (no vocabulary has a negative id).
 PADDING = -1
@@ -173,11 +173,17 @@ def _answer(value: Any, letters: list[str], field: str) -> int:
 
 
 def prompt_of(question: Question, spec: MultipleChoiceSpec) -> str:
-    """The prompt of ``question``: ``spec.template`` with its lettered choices, one a line."""
+    """The prompt of ``question``: ``spec.template`` with its lettered choices, one a line
+    (a ``scoring: continuation`` template may leave them out)."""
     letters = [label.strip() for label in choice_labels(spec, len(question.choices))]
     lines = "\n".join(spec.choice_format.format(letter=letter, choice=choice)
                       for letter, choice in zip(letters, question.choices))
     return spec.template.format(question=question.question, choices=lines)
+
+
+def continuations_of(question: Question, spec: MultipleChoiceSpec) -> list[str]:
+    """The text scored after the prompt for each choice (``scoring: continuation``)."""
+    return [spec.continuation.format(choice=choice) for choice in question.choices]
 
 
 def label_tokens(
@@ -218,29 +224,74 @@ def padded_prompts(prompts: list[np.ndarray], width: int | None = None) -> np.nd
 def _encoded(
     questions: list[Question], spec: MultipleChoiceSpec, encode: Callable[[str], np.ndarray], context: int | None,
     key: str,
-) -> list[tuple[np.ndarray, int]]:
-    """The token ids of each question's prompt, and its answer.
+) -> list[tuple[Any, int]]:
+    """The token ids of each question's prompt, and its answer; with ``scoring:
+    continuation``, each choice's (prompt, continuation) ids, and its answer.
 
     Raises:
         DataError: a prompt longer than the model's ``context`` (naming the longest's line).
     """
     prompts = [encode(prompt_of(question, spec)) for question in questions]
+    if spec.scoring == "continuation":
+        sequences = [[(ids, encode(text)) for text in continuations_of(question, spec)]
+                     for ids, question in zip(prompts, questions)]
+        lengths = [max(len(ids) + len(text) for ids, text in choices) for choices in sequences]
+        what = "its prompt with its longest choice"
+    else:
+        lengths, what = [len(ids) for ids in prompts], "its prompt"
     if context is not None:
-        over = [(question, len(ids)) for question, ids in zip(questions, prompts) if len(ids) > context]
+        over = [(question, length) for question, length in zip(questions, lengths) if length > context]
         if over:
             question, length = max(over, key=lambda item: item[1])
             raise DataError(
-                f"{key}: {question.where}: its prompt is {length} tokens, longer than the model's context of "
+                f"{key}: {question.where}: {what} is {length} tokens, longer than the model's context of "
                 f"{context} tokens ({len(over)} of the file's {len(prompts)} prompts are); shorten the question "
                 "or the template, or drop it"
             )
+    if spec.scoring == "continuation":
+        empty = [question for question, choices in zip(questions, sequences) if not all(len(t) for _, t in choices)]
+        if empty:
+            raise DataError(f"{key}: {empty[0].where}: a choice's continuation ({spec.continuation!r}) is no tokens; "
+                            "give every choice some text")
+        return [(choices, question.answer) for choices, question in zip(sequences, questions)]
     return [(ids, question.answer) for ids, question in zip(prompts, questions)]
 
 
-def _arrays(encoded: list[tuple[np.ndarray, int]], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """The prompts padded to ``width`` and the answers."""
-    return (padded_prompts([ids for ids, _ in encoded], width),
-            np.asarray([answer for _, answer in encoded], dtype=np.int64))
+def _arrays(encoded: list[tuple[Any, int]], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts padded to ``width`` and the answers; with continuations, each question's
+    row is :func:`continuation_rows`'."""
+    answers = np.asarray([answer for _, answer in encoded], dtype=np.int64)
+    if encoded and isinstance(encoded[0][0], list):
+        return continuation_rows([choices for choices, _ in encoded], width), answers
+    return padded_prompts([ids for ids, _ in encoded], width), answers
+
+
+def continuation_rows(questions: list[list[tuple[np.ndarray, np.ndarray]]], width: int) -> np.ndarray:
+    """(n, C (width + 1)) int64: for each question, each choice's prompt followed by its
+    continuation, left-padded with :data:`PADDING` to ``width``, then the continuation's
+    token count; the choices one after another (``scoring: continuation``; read back by
+    :mod:`bayesflow.llm.choices`)."""
+    count = len(questions[0]) if questions else 1
+    rows = np.full((len(questions), count, width + 1), PADDING, dtype=np.int64)
+    for row, choices in enumerate(questions):
+        for choice, (prompt, text) in enumerate(choices):
+            rows[row, choice, :width] = padded_prompts([np.concatenate([prompt, text])], width)[0]
+            rows[row, choice, width] = len(text)
+    return rows.reshape(len(questions), count * (width + 1))
+
+
+def _width(encoded: list[tuple[Any, int]]) -> int:
+    """The longest prompt (with its continuation) of one set's questions."""
+    if encoded and isinstance(encoded[0][0], list):
+        return max(len(prompt) + len(text) for choices, _ in encoded for prompt, text in choices)
+    return max((len(ids) for ids, _ in encoded), default=1)
+
+
+def _continuation_tokens(encoded: list[tuple[Any, int]]) -> int:
+    """The longest continuation of one set's questions (0 without continuations)."""
+    if encoded and isinstance(encoded[0][0], list):
+        return max(len(text) for choices, _ in encoded for _, text in choices)
+    return 0
 
 
 def model_context(model: dict[str, Any] | None, base_dir: Path | None) -> int | None:
@@ -299,15 +350,18 @@ def multiple_choice(base_dir: Path | None = None, model: dict[str, Any] | None =
                 read_questions(resolve_path(given, base_dir), spec, key, len(questions[0].choices)), spec, encode,
                 context, key))
     count = len(questions[0].choices)
-    label_tokens(spec, count, model, base_dir)
+    if spec.scoring == "label":
+        label_tokens(spec, count, model, base_dir)
     shifted = {name: _encoded(read_questions(resolve_path(file, base_dir), spec, f"data.shift.{name}", count),
                               spec, encode, context, f"data.shift.{name}") for name, file in spec.shift.items()}
     # One width for every set, as every dataset's inputs have: a posterior predicts any of them.
-    width = max(len(ids) for part in [*parts, *shifted.values()] for ids, _ in part)
+    sets = [*parts, *shifted.values()]
+    width = max(_width(part) for part in sets if part)
     (x_train, y_train), (x_validation, y_validation), (x_test, y_test) = (_arrays(part, width) for part in parts)
     shifts = tuple((name, *_arrays(part, width)) for name, part in shifted.items())
     held = len(y_validation) > 0
     return Dataset(
         x_train, y_train, x_test, y_test, "classification", count, source=str(path), target="the answers",
         x_validation=x_validation if held else None, y_validation=y_validation if held else None, shifts=shifts,
+        continuation_tokens=max(_continuation_tokens(part) for part in sets) or None,
     )

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bayesflow.errors import StageError
 from bayesflow.families.base import Sizes
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def language_model_problem(
 
 def choice_problem(
     model: Any, data: Any, num_choices: int | None, prior: Any, device: Any, base_dir: Path | None,
-    train_targets: Any = None, shared: bool = True,
+    train_targets: Any = None, shared: bool = True, continuation_tokens: int | None = None,
 ) -> tuple[Problem, Likelihood]:
     """The problem over a ``causal_lm`` model section's trainable tensors asked the
     questions of a ``multiple_choice`` data section, and its likelihood
@@ -76,6 +77,8 @@ def choice_problem(
         num_choices: C, the choices per question (None: the number of ``data.labels``).
         prior, device, base_dir, shared: as for :func:`language_model_problem`.
         train_targets: the training answers; N their count (1 when None).
+        continuation_tokens: with ``data.scoring: continuation``, the longest choice
+            continuation in tokens (the data's).
     """
     from bayesflow.data.multiple_choice import label_tokens
     from bayesflow.llm import build_causal_lm, shared_causal_lm
@@ -85,12 +88,18 @@ def choice_problem(
 
     section = model if isinstance(model, CausalLMSpec) else CausalLMSpec.model_validate(model)
     count = num_choices if num_choices is not None else len(data.labels or ())
-    labels = label_tokens(data, count, section.model_dump(mode="json"), base_dir)
+    scored = getattr(data, "scoring", "label") == "continuation"
+    if scored and not continuation_tokens:
+        raise StageError("data.scoring: continuation needs the data's longest continuation (the dataset's "
+                         "continuation_tokens); this posterior cannot predict questions without its data")
+    labels = None if scored else label_tokens(data, count, section.model_dump(mode="json"), base_dir)
     likelihood = MultipleChoice()
     network, names = (shared_causal_lm if shared else build_causal_lm)(model, base_dir)
     network.to(device)
     num_data = 1 if train_targets is None else likelihood.data_points(train_targets)
-    return build_choice_problem(network, names, prior, num_data, labels, device), likelihood
+    continuation = (count, int(continuation_tokens)) if scored and continuation_tokens else None
+    return build_choice_problem(network, names, prior, num_data, labels, device,
+                                continuation=continuation), likelihood
 
 
 def language_model_with(problem: Problem, params: Any) -> nn.Module:
@@ -156,7 +165,7 @@ class CausalLMFamily:
         tokens of text windows, or the answers of multiple-choice questions."""
         if spec.data.INPUTS == "choice_prompts":
             return choice_problem(spec.model, spec.data, sizes.num_classes, prior, device, base_dir,
-                                  sizes.train_targets)
+                                  sizes.train_targets, continuation_tokens=sizes.continuation_tokens)
         return language_model_problem(spec.model, int(spec.data.scored), prior, device, base_dir,
                                       sizes.train_targets)
 

@@ -304,6 +304,18 @@ def _per_chain_windows(inputs: Tensor) -> tuple[Tensor, int] | None:
     return plain.movedim(maybe_get_bdim(batched), 0), maybe_get_level(batched)
 
 
+def largest(values: Tensor) -> int | None:
+    """The largest of integer ``values`` read through every ``torch.func`` wrapper (a
+    ``vmap``'s batching: every chain's values at once; a gradient transform's tracking), so
+    a forward can size a tensor by its batch; None under a compiler's trace or when empty."""
+    if torch.compiler.is_compiling():
+        return None
+    while is_functorch_wrapped_tensor(values):
+        values = get_unwrapped(values)
+    with torch._C._DisableFuncTorch():  # a plain tensor, outside every transform
+        return int(values.max()) if values.numel() else None
+
+
 def _element_size(module: nn.Module) -> int:
     """Bytes per element of ``module``'s floating-point weights (its hidden states' dtype)."""
     for value in module.parameters():

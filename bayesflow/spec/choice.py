@@ -13,14 +13,18 @@ import re
 import string
 from typing import ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from bayesflow.spec.strict import Strict
 
-__all__ = ["DEFAULT_TEMPLATE", "ChoiceSplitsSpec", "MultipleChoiceLikelihoodSpec", "MultipleChoiceSpec",
+__all__ = ["CONTINUATION_TEMPLATE", "DEFAULT_CONTINUATION", "DEFAULT_TEMPLATE", "ChoiceSplitsSpec", "MultipleChoiceLikelihoodSpec", "MultipleChoiceSpec",
            "default_labels"]
 
 DEFAULT_TEMPLATE = "Question: {question}\n{choices}\nAnswer:"
+# The prompt of `scoring: continuation` when no template is given: the question alone, each
+# choice's text the continuation scored after it (lm-eval's ARC and OpenBookQA prompts).
+CONTINUATION_TEMPLATE = "Question: {question}\nAnswer:"
+DEFAULT_CONTINUATION = " {choice}"
 # The share of `path`'s questions held out for testing when `test_fraction` is not given.
 DEFAULT_TEST_FRACTION = 0.2
 # A shift set's name, the suffix of its metrics (an MLflow metric name's characters).
@@ -49,7 +53,9 @@ class MultipleChoiceSpec(Strict):
     question, its choices and the index of the answer. Each question becomes a prompt
     (`template`, with the choices lettered by `choice_format`); the model's next-token
     logits of the choices' `labels` at the prompt's last position are the categorical over
-    the choices (the `multiple_choice` likelihood). Every question is one datum (N =
+    the choices (the `multiple_choice` likelihood). With `scoring: continuation` the logits
+    are instead each choice's text scored after the prompt (the summed log-probability of its
+    tokens, lm-eval's convention for ARC or OpenBookQA). Every question is one datum (N =
     questions). Prompts are left-padded (the padding is stored as -1 and masked), so every
     prompt's answer position is the last one.
     """
@@ -73,9 +79,22 @@ class MultipleChoiceSpec(Strict):
         "answer", description="The field of the answer: its 0-based index among the choices, or its "
         "letter (the label without spaces, `A`)."
     )
+    scoring: Literal["label", "continuation"] = Field(
+        "label", description="How a choice is scored. `label`: the next-token logit of its label "
+        "token (` A`, ...) after a prompt that lists the lettered choices (the Laplace-LoRA / BLoB "
+        "convention; a small model is near chance this way). `continuation`: the summed "
+        "log-probability of its text (`continuation`) after the prompt, the categorical's logit "
+        "(lm-eval's `acc` convention; each question costs C sequences)."
+    )
     template: str = Field(
         DEFAULT_TEMPLATE, description="The prompt, with `{question}` and `{choices}` (the lettered "
-        "choices, one a line); the answer's label is the token after it."
+        "choices, one a line); the answer's label is the token after it. With `scoring: "
+        "continuation` `{choices}` is optional and the default is `Question: {question}\\nAnswer:`."
+    )
+    continuation: str = Field(
+        DEFAULT_CONTINUATION, description="With `scoring: continuation`: the text scored after the "
+        "prompt for each choice, with `{choice}` (the leading space joins it to the prompt's last "
+        "word as a tokenizer expects)."
     )
     choice_format: str = Field(
         "{letter}. {choice}", description="One choice's line in the prompt, with `{letter}` (its "
@@ -121,14 +140,29 @@ class MultipleChoiceSpec(Strict):
 
     @field_validator("template")
     @classmethod
-    def _template_fields(cls, template: str) -> str:
+    def _template_fields(cls, template: str, info: ValidationInfo) -> str:
         named = _placeholders(template)
-        if not TEMPLATE_FIELDS <= named or named - TEMPLATE_FIELDS:
-            raise ValueError(
-                f"needs the placeholders {{question}} and {{choices}} and no others, got "
-                f"{sorted(named) or 'none'}; e.g. {DEFAULT_TEMPLATE!r}"
-            )
+        continuation = info.data.get("scoring") == "continuation"
+        if not ({"question"} if continuation else TEMPLATE_FIELDS) <= named or named - TEMPLATE_FIELDS:
+            example = CONTINUATION_TEMPLATE if continuation else DEFAULT_TEMPLATE
+            wanted = "{question} (and {choices} if the prompt lists them)" if continuation else "{question} and {choices}"
+            raise ValueError(f"needs the placeholders {wanted} and no others, got {sorted(named) or 'none'}; "
+                             f"e.g. {example!r}")
         return template
+
+    @field_validator("continuation")
+    @classmethod
+    def _continuation_field(cls, continuation: str) -> str:
+        if _placeholders(continuation) != {"choice"}:
+            raise ValueError(f"needs the placeholder {{choice}} and no other, got "
+                             f"{sorted(_placeholders(continuation)) or 'none'}; e.g. {DEFAULT_CONTINUATION!r}")
+        return continuation
+
+    @model_validator(mode="after")
+    def _continuation_template(self) -> MultipleChoiceSpec:
+        if self.scoring == "continuation" and "template" not in self.model_fields_set:
+            self.template = CONTINUATION_TEMPLATE  # the default lists no choices
+        return self
 
     @field_validator("choice_format")
     @classmethod

@@ -80,7 +80,8 @@ class WorkflowContext:
         prior = build_prior(spec.prior.model_dump())
         if stage.engine and not traits_of(stage.engine).uses_prior:
             prior = none()
-        sizes = Sizes(self.dataset.num_features, self.dataset.num_classes, stage.seed or 0, self.dataset.y_train)
+        sizes = Sizes(self.dataset.num_features, self.dataset.num_classes, stage.seed or 0, self.dataset.y_train,
+                      self.dataset.continuation_tokens)
         problem, likelihood = family_of(spec).implementation().problem(
             spec, sizes, prior, self.device(), self.loaded.base_dir
         )

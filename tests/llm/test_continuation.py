@@ -1,0 +1,221 @@
+"""Multiple-choice questions scored as continuations (``data.scoring: continuation``, lm-eval's
+``acc``): each choice's text after the prompt, its summed log-probability the categorical's
+logit. The loader's rows, the forward against transformers on each sequence alone (with and
+without the shared trunk, under the chains' vmap), the spec's checks, and a fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import bayesflow
+from bayesflow.data.multiple_choice import PADDING, continuations_of, prompt_of, read_questions
+from bayesflow.llm import build_causal_lm
+from bayesflow.llm.choices import build_choice_problem
+from bayesflow.priors import none
+from bayesflow.spec.choice import CONTINUATION_TEMPLATE, MultipleChoiceSpec
+from bayesflow.tracking import InMemoryTracker
+from bayesflow.variants import load_data
+from tests.llm.conftest import tiny
+from tests.llm.spec_helpers import write_spec
+from tests.llm.test_multiple_choice import QUESTIONS, choice_spec, random_lora, validate
+from tests.llm.test_validate import line_of
+
+# Bytes as tokens: a question's prompt, then " honey" (the continuation) after it.
+DATA = {"name": "multiple_choice", "path": "questions.jsonl", "scoring": "continuation", "test_fraction": 0.25,
+        "validation_fraction": 0.125}
+
+
+def continuation_spec(folder: Path, **sections: Any) -> dict[str, Any]:
+    """The 16 test questions scored as continuations on a tiny config-built Llama."""
+    return choice_spec(folder, **{"data": dict(DATA), **sections})
+
+
+def decoded(ids: np.ndarray) -> str:
+    return bytes(ids[ids != PADDING].astype(np.uint8).tolist()).decode()
+
+
+def test_each_choice_is_its_prompt_and_continuation_then_its_length(tmp_path: Path) -> None:
+    """A row holds each choice's left-padded prompt + continuation and the continuation's
+    length; the default template lists no choices; the dataset records the longest
+    continuation over every set."""
+    dataset = load_data(bayesflow.load(write_spec(tmp_path, continuation_spec(tmp_path))))
+    spec = MultipleChoiceSpec.model_validate(DATA)
+    assert spec.template == CONTINUATION_TEMPLATE
+    questions = {prompt_of(question, spec): question for question in read_questions(QUESTIONS, spec, "data.path")}
+    assert "Question: What do bees make?\nAnswer:" in questions
+    longest = 0
+    for x, y in ((dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)):
+        rows = x.reshape(len(x), 4, -1)
+        for row, answer in zip(rows, y):
+            texts = [decoded(sequence[:-1]) for sequence in row]
+            question = next(q for prompt, q in questions.items() if texts[0].startswith(prompt))
+            prompt = prompt_of(question, spec)
+            assert texts == [prompt + text for text in continuations_of(question, spec)]
+            assert row[:, -1].tolist() == [len(text.encode()) for text in continuations_of(question, spec)]
+            assert (row[:, -2] != PADDING).all()  # every sequence ends in the last column
+            assert answer == question.answer
+            longest = max(longest, int(row[:, -1].max()))
+    assert dataset.continuation_tokens == max(
+        len(text.encode()) for q in questions.values() for text in continuations_of(q, spec))
+    assert dataset.continuation_tokens >= longest
+
+
+def own_scores(model: Any, problem: Any, params: torch.Tensor, row: np.ndarray, count: int) -> torch.Tensor:
+    """transformers' summed log-probability of each choice's continuation, each sequence run
+    alone (unpadded), the problem's tensors set in the model."""
+    values = dict(model.named_parameters())
+    saved = {name: values[name].detach().clone() for name in problem.param_names}
+    sizes = [int(np.prod(shape)) for shape in problem.param_shapes]
+    scores = []
+    with torch.no_grad():
+        for name, piece, shape in zip(problem.param_names, params.split(sizes), problem.param_shapes):
+            values[name].copy_(piece.reshape(shape))
+        for sequence in row.reshape(count, -1):
+            length, ids = int(sequence[-1]), torch.as_tensor(sequence[:-1][sequence[:-1] != PADDING])
+            log_probs = model(ids[None], use_cache=False).logits[0].double().log_softmax(-1)
+            positions = torch.arange(len(ids) - length, len(ids))
+            scores.append(log_probs[positions - 1, ids[positions]].sum())
+        for name, value in saved.items():
+            values[name].copy_(value)
+    return torch.stack(scores)
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def language_model(request: pytest.FixtureRequest) -> tuple[Any, tuple[str, ...]]:
+    """A tiny config-built model with LoRA on its last layer, and its trainable names."""
+    torch.manual_seed(0)
+    return build_causal_lm(tiny(request.param, context=128))
+
+
+@pytest.mark.parametrize("share_trunk", [True, False])
+def test_continuation_logits_equal_each_sequence_alone(
+    tmp_path: Path, language_model: tuple[Any, tuple[str, ...]], share_trunk: bool
+) -> None:
+    """The forward's (n, C) logits are each choice's summed continuation log-probability
+    as transformers computes it on the sequence alone, for prompts and continuations of
+    different lengths padded in one batch, with and without the shared trunk."""
+    from bayesflow.llm.trunk import forget_kept
+
+    forget_kept()
+    model, names = language_model
+    dataset = load_data(bayesflow.load(write_spec(tmp_path, continuation_spec(tmp_path))))
+    longest = dataset.continuation_tokens
+    assert longest is not None
+    problem = build_choice_problem(model, names, none(), 1, None, share_trunk=share_trunk,
+                                   continuation=(4, longest))
+    params = random_lora(problem)
+    # The first four questions hold the longest continuation; three others stop short of it
+    # (the output layer then runs at fewer positions).
+    short = [row for row in dataset.x_train if row.reshape(4, -1)[:, -1].max() < longest][:3]
+    for batch in (dataset.x_train[:4], np.stack(short)):
+        inputs = torch.as_tensor(batch)
+        lengths = inputs.reshape(len(inputs), 4, -1)[..., -1]
+        assert len(set(lengths.flatten().tolist())) > 2  # continuations of different lengths
+        with torch.no_grad():
+            logits = problem.forward(params, inputs).double()
+        direct = torch.stack([own_scores(model, problem, params, row.numpy(), 4) for row in inputs])
+        assert logits.shape == (len(inputs), 4)
+        torch.testing.assert_close(logits, direct, rtol=1e-5, atol=1e-4)
+
+
+def test_chains_share_the_trunk_of_every_choice_sequence(
+    tmp_path: Path, language_model: tuple[Any, tuple[str, ...]]
+) -> None:
+    """Three chains under vmap, each with its own minibatch (a ChainBatch): the layers below
+    the adapters run once per distinct sequence, and the values and gradients equal the
+    whole forward's."""
+    from torch.func import vmap
+
+    from bayesflow.engines.base import ChainBatch
+    from bayesflow.engines.gradient import chain_gradient
+    from bayesflow.llm.trunk import forget_kept, split_trunk
+    from tests.numerics import reordered
+
+    forget_kept()
+    model, names = language_model
+    dataset = load_data(bayesflow.load(write_spec(tmp_path, continuation_spec(tmp_path))))
+    choices = (4, int(dataset.continuation_tokens or 0))
+    shared = build_choice_problem(model, names, none(), 4, None, continuation=choices)
+    whole = build_choice_problem(model, names, none(), 4, None, share_trunk=False, continuation=choices)
+    inputs, answers = torch.as_tensor(dataset.x_train[:4]), torch.as_tensor(dataset.y_train[:4])
+    chains = torch.stack([random_lora(shared, seed) for seed in (1, 2, 3)])
+    calls: list[int] = []
+    trunk = split_trunk(model, names)
+    assert trunk is not None
+    handle = trunk.layers[0].register_forward_hook(lambda _m, args, _o: calls.append(int(args[0].shape[0])))
+    try:
+        own = ChainBatch(inputs.expand(3, -1, -1), answers.expand(3, -1))
+        grads, values = chain_gradient(shared, 1.0)(chains, own)
+        with torch.no_grad():
+            found = vmap(shared.forward, in_dims=(0, None))(chains, inputs)
+        assert sum(calls) == 16  # four questions' four sequences, once
+    finally:
+        handle.remove()
+    with torch.no_grad():
+        expected = vmap(whole.forward, in_dims=(0, None))(chains, inputs)
+    expected_grads, expected_values = chain_gradient(whole, 1.0)(chains, own)
+    terms = 64 * inputs.shape[1]
+    torch.testing.assert_close(found, expected, **reordered(torch.float32, terms))
+    torch.testing.assert_close(values, expected_values, **reordered(torch.float32, terms))
+    scale = float(expected_grads.abs().max())
+    assert scale > 0
+    torch.testing.assert_close(grads, expected_grads, **reordered(torch.float32, terms, scale=scale))
+
+
+SPEC_PROBLEMS = {
+    "no_question": ({"template": "Answer:"}, "data.template", "needs the placeholders {question} (and {choices}"),
+    "no_choice": ({"continuation": " the answer"}, "data.continuation", "needs the placeholder {choice} and no"),
+    "scoring": ({"scoring": "letters"}, "data.scoring", "expected one of: label, continuation, got 'letters'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPEC_PROBLEMS))
+def test_continuation_spec_problems_are_refused_where_written(tmp_path: Path, case: str) -> None:
+    """A template without the question, a continuation without the choice, an unknown
+    scoring: located spec errors that say what is wanted."""
+    change, key, wanted = SPEC_PROBLEMS[case]
+    message = validate(tmp_path, continuation_spec(tmp_path, data={**DATA, **change}))
+    assert wanted in message, message
+    assert f"spec.yaml:{line_of(tmp_path, key)}:" in message, message
+
+
+def test_a_prompt_and_choice_longer_than_the_context_is_named(tmp_path: Path) -> None:
+    """The context check counts the prompt with its longest continuation."""
+    (tmp_path / "long.jsonl").write_text(
+        '{"question": "q", "choices": ["' + "x" * 140 + '", "b", "c", "d"], "answer": 0}\n')
+    data = {**DATA, "splits": {"train": "long.jsonl"}}
+    del data["path"], data["test_fraction"], data["validation_fraction"]
+    message = validate(tmp_path, continuation_spec(tmp_path, data=data))
+    assert "long.jsonl line 1: its prompt with its longest choice is 160 tokens, longer than the model's context of " \
+           "128 tokens" in message, message
+
+
+@pytest.mark.slow
+def test_the_adapters_posteriors_on_continuations_log_the_classifier_metrics(tmp_path: Path) -> None:
+    """MAP, a diagonal Laplace from it, mean-field VI on the adapters (BLoB's family) and
+    parallel SGHMC on continuation-scored questions, at two temperatures: every fit logs
+    test and validation accuracy, NLL, ECE and Brier."""
+    methods = {"map": {"engine": "map", "optimizer": {"name": "adamw", "lr": 0.01}, "epochs": 2, "batch_size": 4},
+               "laplace": {"engine": "laplace_diag_ggn", "from": "map"},
+               "vi": {"engine": "vi_diag", "optimizer": {"name": "adam", "lr": 0.01}, "epochs": 2, "batch_size": 4},
+               "sghmc": {"engine": "sghmc", "lr": 0.01, "alpha": 3.0, "epochs": 2, "batch_size": 4, "chains": 2,
+                         "keep": "last"}}
+    spec = {**continuation_spec(tmp_path, methods=methods, temperatures=[0.5, 1.0]),
+            "execution": {"cache_dir": str(tmp_path / "cache")}}
+    tracker = InMemoryTracker(tmp_path / "artifacts")
+    result = bayesflow.run(bayesflow.load(write_spec(tmp_path, spec)), tracker=tracker)
+    assert result.exit_code == 0, result.outcome.errors
+    frame = bayesflow.results(result.run_id, tracker=tracker)
+    for method in ("laplace", "vi", "sghmc"):  # a fit of its own at each temperature
+        assert sorted(frame.loc[frame["method"] == method, "temperature"]) == [0.5, 1.0], method
+    frame = frame.set_index("method")
+    assert set(frame.index) == {"map", "laplace", "vi", "sghmc"}
+    for metric in ("test_accuracy", "test_nll", "test_ece", "test_brier", "val_nll", "val_accuracy"):
+        assert frame[metric].notna().all(), metric
+    assert frame["test_accuracy"].isin([0, 0.25, 0.5, 0.75, 1]).all()  # 4 test questions
+    assert (frame["test_nll"] > 0).all() and frame["test_ece"].between(0, 1).all()
