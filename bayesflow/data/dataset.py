@@ -38,8 +38,8 @@ class Dataset:
     in-distribution texts of ``evaluate.statements`` then each out-of-distribution set's
     (:mod:`bayesflow.data.statements`), and ``shifts``, named distribution-shift sets of
     inputs and targets (``multiple_choice``'s ``data.shift``). ``continuation_tokens`` is the
-    longest choice continuation of ``multiple_choice`` data scored as continuations (every
-    set's): the positions whose next-token logits the problem computes (None otherwise).
+    most continuation tokens of one question (all its choices', in every set) of
+    ``multiple_choice`` data scored as continuations (None otherwise).
     """
 
     x_train: np.ndarray

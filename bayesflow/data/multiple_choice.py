@@ -267,30 +267,31 @@ def _arrays(encoded: list[tuple[Any, int]], width: int) -> tuple[np.ndarray, np.
 
 
 def continuation_rows(questions: list[list[tuple[np.ndarray, np.ndarray]]], width: int) -> np.ndarray:
-    """(n, C (width + 1)) int64: for each question, each choice's prompt followed by its
-    continuation, left-padded with :data:`PADDING` to ``width``, then the continuation's
-    token count; the choices one after another (``scoring: continuation``; read back by
-    :mod:`bayesflow.llm.choices`)."""
+    """(n, width + C) int64: each question's prompt followed by its C continuations, one
+    after another, left-padded with :data:`PADDING` to ``width``, then the continuations'
+    token counts (``scoring: continuation``; :mod:`bayesflow.llm.choices` packs them so
+    each continuation sees only the prompt and itself)."""
     count = len(questions[0]) if questions else 1
-    rows = np.full((len(questions), count, width + 1), PADDING, dtype=np.int64)
+    rows = np.full((len(questions), width + count), PADDING, dtype=np.int64)
     for row, choices in enumerate(questions):
-        for choice, (prompt, text) in enumerate(choices):
-            rows[row, choice, :width] = padded_prompts([np.concatenate([prompt, text])], width)[0]
-            rows[row, choice, width] = len(text)
-    return rows.reshape(len(questions), count * (width + 1))
+        packed = np.concatenate([choices[0][0], *(text for _, text in choices)])
+        rows[row, width - len(packed):width] = packed
+        rows[row, width:] = [len(text) for _, text in choices]
+    return rows
 
 
 def _width(encoded: list[tuple[Any, int]]) -> int:
-    """The longest prompt (with its continuation) of one set's questions."""
+    """The longest prompt (with its continuations) of one set's questions."""
     if encoded and isinstance(encoded[0][0], list):
-        return max(len(prompt) + len(text) for choices, _ in encoded for prompt, text in choices)
+        return max(len(choices[0][0]) + sum(len(text) for _, text in choices) for choices, _ in encoded)
     return max((len(ids) for ids, _ in encoded), default=1)
 
 
 def _continuation_tokens(encoded: list[tuple[Any, int]]) -> int:
-    """The longest continuation of one set's questions (0 without continuations)."""
+    """The most continuation tokens of one question (all its choices') in one set (0
+    without continuations)."""
     if encoded and isinstance(encoded[0][0], list):
-        return max(len(text) for choices, _ in encoded for _, text in choices)
+        return max(sum(len(text) for _, text in choices) for choices, _ in encoded)
     return 0
 
 

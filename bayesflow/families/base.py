@@ -36,8 +36,8 @@ class Sizes:
         train_targets: the training targets (anything with a ``shape``): N is the number of
             data points they hold (the likelihood says how many); None for a problem that
             only predicts (N = 1).
-        continuation_tokens: the longest continuation of multiple-choice questions scored
-            as continuations (:attr:`bayesflow.data.Dataset.continuation_tokens`).
+        continuation_tokens: the most continuation tokens of a multiple-choice question
+            scored as continuations (:attr:`bayesflow.data.Dataset.continuation_tokens`).
     """
 
     num_features: int | None = None

@@ -29,7 +29,7 @@ chain and per-question curvature reads them back.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
@@ -41,7 +41,8 @@ from bayesflow.llm.problem import build_lm_problem, trainable_values
 from bayesflow.llm.trunk import kept_budget, largest, split_trunk
 from bayesflow.priors import Prior
 
-__all__ = ["answer_logits", "build_choice_problem", "continuation_scores", "padding_arguments"]
+__all__ = ["Scored", "answer_logits", "build_choice_problem", "continuation_scores", "packed_arguments",
+           "padding_arguments", "scored_positions"]
 
 
 def padding_arguments(inputs: Tensor, dtype: torch.dtype) -> dict[str, Tensor]:
@@ -68,21 +69,79 @@ def answer_logits(model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor, 
     return logits[..., -1, :] if keep == 1 else logits
 
 
-def continuation_scores(logits: Tensor, sequences: Tensor, lengths: Tensor) -> Tensor:
-    """Each sequence's summed log-probability of its last ``lengths`` tokens.
+def packed_arguments(rows: Tensor, count: int, dtype: torch.dtype) -> dict[str, Tensor]:
+    """``input_ids``, ``position_ids`` and the 4-D ``attention_mask`` of questions packed
+    with their ``count`` continuations (:func:`~bayesflow.data.multiple_choice.continuation_rows`:
+    left-padded ``prompt + continuation₁ + … + continuation_C`` ids, then the C lengths).
 
-    Args:
-        logits: (..., K + 1, V) next-token logits of the last K + 1 positions of
-            ``sequences`` (the last position's are not used: nothing follows it).
-        sequences: (..., L) token ids, each ending in its continuation (L > K).
-        lengths: (...,) the continuation's token count, 1 to K.
-    """
-    count = logits.shape[-2] - 1
-    log_probs = torch.log_softmax(logits[..., :count, :], dim=-1)
-    targets = sequences[..., -count:].clamp(min=0)
-    scored = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    inside = torch.arange(count, device=lengths.device) >= count - lengths.unsqueeze(-1)
-    return torch.where(inside, scored, torch.zeros_like(scored)).sum(-1)
+    Each continuation sees the prompt and itself, never another continuation, and its
+    tokens take the positions that follow the prompt, so each choice's tokens get what the
+    sequence ``prompt + continuation_c`` alone gives them: the C sequences of a question
+    share the prompt's computation (the trunk's and the trainable layers')."""
+    ids, lengths = rows[..., :-count], rows[..., -count:]
+    real = ids >= 0
+    width = ids.shape[-1]
+    index = torch.arange(width, device=rows.device)
+    offset = index - (width - lengths.sum(-1, keepdim=True))  # into the continuations; < 0 before them
+    ends = lengths.cumsum(-1)
+    segment = torch.where(offset >= 0, 1 + (offset.unsqueeze(-1) >= ends.unsqueeze(-2)).sum(-1),
+                          torch.zeros_like(offset))  # 0: prompt (or padding), c + 1: continuation c
+    starts = (ends - lengths).gather(-1, (segment - 1).clamp(min=0))
+    prompt = real.sum(-1, keepdim=True) - lengths.sum(-1, keepdim=True)
+    positions = torch.where(segment > 0, prompt + offset - starts, (real.long().cumsum(-1) - 1).clamp(min=0))
+    causal = index[:, None] >= index[None, :]
+    itself = index[:, None] == index[None, :]
+    same = (segment.unsqueeze(-1) == segment.unsqueeze(-2)) | (segment == 0).unsqueeze(-2)
+    allowed = (causal & real.unsqueeze(-2) & same) | itself
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=rows.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return {"input_ids": ids.clamp(min=0), "position_ids": positions, "attention_mask": mask.unsqueeze(-3)}
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Where a batch of packed questions is scored (:func:`scored_positions`)."""
+
+    sources: Tensor  # (..., M) the positions whose next-token logits are needed
+    slots: Tensor  # (..., S) for each continuation token, its source among ``sources``
+    tokens: Tensor  # (..., S) the continuation tokens
+    choices: Tensor  # (..., S) each token's choice, -1 past the question's continuations
+
+
+def scored_positions(rows: Tensor, count: int, longest: int, sources: int) -> Scored:
+    """The positions of packed questions whose next-token logits score their continuations:
+    the prompt's last (it predicts every continuation's first token) and every
+    continuation token but each continuation's last, ``sources`` of them a row (M, the
+    batch's most; a row with fewer repeats a position, never read); the ``longest`` (S,
+    the batch's most) continuation tokens each with its source, token and choice."""
+    ids, lengths = rows[..., :-count], rows[..., -count:]
+    width = ids.shape[-1]
+    total = lengths.sum(-1, keepdim=True)
+    ends = lengths.cumsum(-1)
+    candidates = torch.arange(-1, longest, device=rows.device).expand(*total.shape[:-1], longest + 1)
+    is_end = (candidates.unsqueeze(-1) == (ends - 1).unsqueeze(-2)).any(-1)
+    wanted = (candidates == -1) | ((candidates < total) & ~is_end)
+    order = torch.argsort((~wanted).long(), dim=-1, stable=True)[..., :sources]
+    kept = candidates.gather(-1, order)
+    positions = (width - total + kept).clamp(0, width - 1)
+    target = candidates[..., 1:]  # 0 … S − 1
+    inside = target < total
+    choice = (target.unsqueeze(-1) >= ends.unsqueeze(-2)).sum(-1).clamp(max=count - 1)
+    first = target == (ends - lengths).gather(-1, choice)
+    source = torch.where(first, torch.full_like(target, -1), target - 1)
+    removed = ((ends - 1).unsqueeze(-2) < source.unsqueeze(-1)).sum(-1)
+    slots = torch.where(source < 0, torch.zeros_like(source), 1 + source - removed).clamp(max=sources - 1)
+    tokens = ids.gather(-1, (width - total + target).clamp(0, width - 1)).clamp(min=0)
+    return Scored(positions, slots, tokens, torch.where(inside, choice, torch.full_like(choice, -1)))
+
+
+def continuation_scores(logits: Tensor, scored: Scored, count: int) -> Tensor:
+    """(..., C) each continuation's summed log-probability, from the (..., M, V) logits at
+    ``scored.sources``."""
+    vocabulary = logits.shape[-1]
+    log_probs = torch.log_softmax(logits, dim=-1).flatten(-2)
+    per_token = log_probs.gather(-1, scored.slots * vocabulary + scored.tokens)
+    owner = scored.choices.unsqueeze(-1) == torch.arange(count, device=logits.device)
+    return (per_token.unsqueeze(-1) * owner).sum(-2)
 
 
 def build_choice_problem(
@@ -99,13 +158,14 @@ def build_choice_problem(
     left-padded prompt (n, L), the logits (n, C) of the label tokens ``labels`` at its last
     position, under the :class:`~bayesflow.llm.likelihood.MultipleChoice` likelihood.
 
-    With ``continuation = (C, K)`` (``scoring: continuation``) the inputs are instead
-    :func:`~bayesflow.data.multiple_choice.continuation_rows` (n, C (L + 1)): each choice's
-    prompt and continuation, left-padded, then the continuation's length (1 to K); the
-    logits (n, C) are each continuation's summed log-probability
-    (:func:`continuation_scores`), the output layer run at the last K + 1 positions only.
-    A softmax of them is lm-eval's ``acc`` choice among sequences; the C sequences of a
-    question share nothing but the trunk's bookkeeping (each is its own row).
+    With ``continuation = (C, S)`` (``scoring: continuation``) the inputs are instead
+    :func:`~bayesflow.data.multiple_choice.continuation_rows` (n, L + C): each question's
+    prompt packed with its C continuations (:func:`packed_arguments`: each sees the prompt
+    and itself), then their lengths; the logits (n, C) are each continuation's summed
+    log-probability (:func:`continuation_scores`), the output layer run only at the
+    positions that predict a continuation token (:func:`scored_positions`). A softmax of
+    them is lm-eval's ``acc`` choice among the C sequences ``prompt + continuation_c``,
+    which share the prompt's computation here.
 
     Everything but the forward is :func:`~bayesflow.llm.problem.build_lm_problem`'s (the
     prior over the trainable tensors, their start, ``logits`` for unpadded windows, which
@@ -121,8 +181,8 @@ def build_choice_problem(
         share_trunk: run the frozen layers below the first trainable one once per prompt
             (:mod:`bayesflow.llm.trunk`); False runs the whole forward every call (the
             reference the tests compare against).
-        continuation: (C, K), the choices per question and the longest continuation in
-            tokens, to score continuations; None scores label tokens.
+        continuation: (C, S), the choices per question and the most continuation tokens
+            of a question (all its choices'), to score continuations; None scores label tokens.
     """
     base = build_lm_problem(model, names, prior, num_data, 1, device)
     trunk = split_trunk(model, names, kept_budget(base.device)) if share_trunk else None
@@ -130,6 +190,10 @@ def build_choice_problem(
 
     def arguments(inputs: Tensor) -> dict[str, Tensor]:
         return padding_arguments(inputs, dtype)
+
+    def packed(rows: Tensor) -> dict[str, Tensor]:
+        assert continuation is not None
+        return packed_arguments(rows, continuation[0], dtype)
 
     likelihood = MultipleChoice()
     tensors = trainable_values(model, names)
@@ -150,17 +214,20 @@ def build_choice_problem(
 
     def forward_continuations(params: Tensor, inputs: Tensor) -> Tensor:
         assert continuation is not None
-        count, longest = continuation
-        rows = inputs.long().reshape(*inputs.shape[:-1], count, -1)
-        sequences, lengths = rows[..., :-1].reshape(-1, rows.shape[-1] - 1), rows[..., -1].reshape(-1)
-        # The output layer (half the cost) runs at the batch's longest continuation, not the data's.
-        longest = min(longest, largest(lengths) or longest)
+        count, most = continuation
+        rows = inputs.long()
+        totals = rows[..., -count:].sum(-1)
+        # The batch's own sizes (not the data's): the output layer is half the cost.
+        longest = min(most, largest(totals) or most)
+        scored = scored_positions(rows, count, longest, min(longest + 1, largest(totals - count + 1) or longest + 1))
         swapped = swapped_of(params)
         if trunk is not None:
-            logits = trunk.logits(model, swapped, sequences, longest + 1, arguments=arguments).float()
+            logits = trunk.logits(model, swapped, rows, 0, at=scored.sources, arguments=packed).float()
         else:
-            logits = answer_logits(model, swapped, sequences, longest + 1)
-        return continuation_scores(logits, sequences, lengths).reshape(rows.shape[:-1])
+            options = {**packed(rows), "use_cache": False}
+            every = functional_call(model, swapped, (), options, strict=False).logits.float()
+            logits = every.gather(-2, scored.sources.unsqueeze(-1).expand(*scored.sources.shape, every.shape[-1]))
+        return continuation_scores(logits, scored, count)
 
     return replace(
         base, forward=forward if continuation is None else forward_continuations, log_likelihood=likelihood.log_prob, output_hessian=likelihood.output_hessian,

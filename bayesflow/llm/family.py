@@ -77,8 +77,8 @@ def choice_problem(
         num_choices: C, the choices per question (None: the number of ``data.labels``).
         prior, device, base_dir, shared: as for :func:`language_model_problem`.
         train_targets: the training answers; N their count (1 when None).
-        continuation_tokens: with ``data.scoring: continuation``, the longest choice
-            continuation in tokens (the data's).
+        continuation_tokens: with ``data.scoring: continuation``, the most continuation
+            tokens of a question (the data's).
     """
     from bayesflow.data.multiple_choice import label_tokens
     from bayesflow.llm import build_causal_lm, shared_causal_lm
@@ -90,7 +90,7 @@ def choice_problem(
     count = num_choices if num_choices is not None else len(data.labels or ())
     scored = getattr(data, "scoring", "label") == "continuation"
     if scored and not continuation_tokens:
-        raise StageError("data.scoring: continuation needs the data's longest continuation (the dataset's "
+        raise StageError("data.scoring: continuation needs the data's most continuation tokens (the dataset's "
                          "continuation_tokens); this posterior cannot predict questions without its data")
     labels = None if scored else label_tokens(data, count, section.model_dump(mode="json"), base_dir)
     likelihood = MultipleChoice()

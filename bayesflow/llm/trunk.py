@@ -110,7 +110,7 @@ class _Head(nn.Module):
         self.model = model
         self.trunk = [trunk]  # a list: not a submodule
 
-    def forward(self, entered: Entered, keep: int, at: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    def forward(self, entered: Entered, keep: int, at: tuple[Tensor, Tensor] | Tensor | None = None) -> Tensor:
         trunk = self.trunk[0]
         hidden = entered.hidden()
         for layer in trunk.layers[trunk.start :]:
@@ -118,7 +118,9 @@ class _Head(nn.Module):
         hidden = trunk.norm(hidden)
         if keep > 0:  # transformers' logits_to_keep: 0 keeps every position
             hidden = hidden[..., -keep:, :]
-        if at is not None:  # only these (window, position) pairs reach the output layer
+        if isinstance(at, Tensor):  # (..., M) positions of each window: only those reach the output layer
+            hidden = hidden.gather(-2, at.unsqueeze(-1).expand(*at.shape, hidden.shape[-1]))
+        elif at is not None:  # only these (window, position) pairs reach the output layer
             hidden = hidden[at[0], at[1]]
         return trunk.head(hidden)  # type: ignore[no-any-return]
 
@@ -204,7 +206,7 @@ class Trunk:
             windows, level = per_chain
             with torch._C._DisableFuncTorch():  # plain tensors, outside every transform
                 rows = self._hidden(windows.reshape(-1, windows.shape[-1]), target, arguments)
-                rows = rows.reshape(*windows.shape, -1)
+                rows = rows.reshape(*windows.shape[:-1], *rows.shape[1:])
             hidden = _add_batch_dim(rows, 0, level)
             return _swapped(_record(self.root, inputs, self.layers[0], arguments), hidden)
         if not _keepable(inputs):
@@ -245,9 +247,10 @@ class Trunk:
         return self.kept.bytes + windows * per_window <= self.budget
 
     def logits(self, model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor, keep: int,
-               at: tuple[Tensor, Tensor] | None = None, arguments: Arguments | None = None) -> Tensor:
+               at: tuple[Tensor, Tensor] | Tensor | None = None, arguments: Arguments | None = None) -> Tensor:
         """The logits of the last ``keep`` positions (with ``at``, (windows, positions)
-        index tensors into them: only those), the trainable tensors ``swapped`` (by their
+        index tensors into them, or each window's (..., M) positions: only those), the
+        trainable tensors ``swapped`` (by their
         names in ``model``) into the head; ``arguments`` as for :meth:`entered`."""
         if self._module is None:
             self._module = _Head(model, self)

@@ -1,6 +1,7 @@
 """Multiple-choice questions scored as continuations (``data.scoring: continuation``, lm-eval's
 ``acc``): each choice's text after the prompt, its summed log-probability the categorical's
-logit. The loader's rows, the forward against transformers on each sequence alone (with and
+logit. A question is one row, its prompt packed with its continuations. The loader's rows, the
+forward against transformers on each sequence ``prompt + continuation`` alone (with and
 without the shared trunk, under the chains' vmap), the spec's checks, and a fit."""
 
 from __future__ import annotations
@@ -39,47 +40,51 @@ def decoded(ids: np.ndarray) -> str:
     return bytes(ids[ids != PADDING].astype(np.uint8).tolist()).decode()
 
 
-def test_each_choice_is_its_prompt_and_continuation_then_its_length(tmp_path: Path) -> None:
-    """A row holds each choice's left-padded prompt + continuation and the continuation's
-    length; the default template lists no choices; the dataset records the longest
-    continuation over every set."""
+def test_a_row_packs_the_prompt_with_every_continuation_then_their_lengths(tmp_path: Path) -> None:
+    """A row holds the question's prompt followed by each choice's continuation, left-padded,
+    then the continuations' lengths; the default template lists no choices; the dataset
+    records the most continuation tokens of a question over every set."""
     dataset = load_data(bayesflow.load(write_spec(tmp_path, continuation_spec(tmp_path))))
     spec = MultipleChoiceSpec.model_validate(DATA)
     assert spec.template == CONTINUATION_TEMPLATE
     questions = {prompt_of(question, spec): question for question in read_questions(QUESTIONS, spec, "data.path")}
     assert "Question: What do bees make?\nAnswer:" in questions
-    longest = 0
-    for x, y in ((dataset.x_train, dataset.y_train), (dataset.x_test, dataset.y_test)):
-        rows = x.reshape(len(x), 4, -1)
-        for row, answer in zip(rows, y):
-            texts = [decoded(sequence[:-1]) for sequence in row]
-            question = next(q for prompt, q in questions.items() if texts[0].startswith(prompt))
-            prompt = prompt_of(question, spec)
-            assert texts == [prompt + text for text in continuations_of(question, spec)]
-            assert row[:, -1].tolist() == [len(text.encode()) for text in continuations_of(question, spec)]
-            assert (row[:, -2] != PADDING).all()  # every sequence ends in the last column
-            assert answer == question.answer
-            longest = max(longest, int(row[:, -1].max()))
+    seen = 0
+    for x, y in ((dataset.x_train, dataset.y_train), (dataset.x_validation, dataset.y_validation),
+                 (dataset.x_test, dataset.y_test)):
+        for row, answer in zip(x, y):
+            text, lengths = decoded(row[:-4]), row[-4:]
+            prompt = next(prompt for prompt in questions if text.startswith(prompt))
+            question = questions[prompt]
+            continuations = continuations_of(question, spec)
+            assert text == prompt + "".join(continuations)
+            assert lengths.tolist() == [len(part.encode()) for part in continuations]
+            assert row[-5] != PADDING and answer == question.answer
+            seen += 1
+    assert seen == len(questions) == 16
     assert dataset.continuation_tokens == max(
-        len(text.encode()) for q in questions.values() for text in continuations_of(q, spec))
-    assert dataset.continuation_tokens >= longest
+        sum(len(text.encode()) for text in continuations_of(q, spec)) for q in questions.values())
 
 
 def own_scores(model: Any, problem: Any, params: torch.Tensor, row: np.ndarray, count: int) -> torch.Tensor:
-    """transformers' summed log-probability of each choice's continuation, each sequence run
-    alone (unpadded), the problem's tensors set in the model."""
+    """transformers' summed log-probability of each choice's continuation, each sequence
+    ``prompt + continuation`` run alone (unpadded), the problem's tensors set in the model."""
     values = dict(model.named_parameters())
     saved = {name: values[name].detach().clone() for name in problem.param_names}
     sizes = [int(np.prod(shape)) for shape in problem.param_shapes]
+    ids, lengths = row[:-count][row[:-count] != PADDING], row[-count:]
+    prompt = ids[: len(ids) - int(lengths.sum())]
+    ends = np.cumsum(lengths)
     scores = []
     with torch.no_grad():
         for name, piece, shape in zip(problem.param_names, params.split(sizes), problem.param_shapes):
             values[name].copy_(piece.reshape(shape))
-        for sequence in row.reshape(count, -1):
-            length, ids = int(sequence[-1]), torch.as_tensor(sequence[:-1][sequence[:-1] != PADDING])
-            log_probs = model(ids[None], use_cache=False).logits[0].double().log_softmax(-1)
-            positions = torch.arange(len(ids) - length, len(ids))
-            scores.append(log_probs[positions - 1, ids[positions]].sum())
+        for end, length in zip(ends, lengths):
+            text = ids[len(prompt) + end - length: len(prompt) + end]
+            sequence = torch.as_tensor(np.concatenate([prompt, text]))
+            log_probs = model(sequence[None], use_cache=False).logits[0].double().log_softmax(-1)
+            positions = torch.arange(len(prompt), len(sequence))
+            scores.append(log_probs[positions - 1, sequence[positions]].sum())
         for name, value in saved.items():
             values[name].copy_(value)
     return torch.stack(scores)
@@ -109,12 +114,15 @@ def test_continuation_logits_equal_each_sequence_alone(
     problem = build_choice_problem(model, names, none(), 1, None, share_trunk=share_trunk,
                                    continuation=(4, longest))
     params = random_lora(problem)
-    # The first four questions hold the longest continuation; three others stop short of it
-    # (the output layer then runs at fewer positions).
-    short = [row for row in dataset.x_train if row.reshape(4, -1)[:, -1].max() < longest][:3]
-    for batch in (dataset.x_train[:4], np.stack(short)):
+    # A batch holding the data's most continuation tokens, and one short of it (the output
+    # layer then runs at fewer positions).
+    x = np.concatenate([dataset.x_train, dataset.x_test])
+    totals = x[:, -4:].sum(-1)
+    most = x[totals == longest][:1]
+    short = x[totals < longest][:3]
+    for batch in (np.concatenate([most, short]), short):
         inputs = torch.as_tensor(batch)
-        lengths = inputs.reshape(len(inputs), 4, -1)[..., -1]
+        lengths = inputs[:, -4:]
         assert len(set(lengths.flatten().tolist())) > 2  # continuations of different lengths
         with torch.no_grad():
             logits = problem.forward(params, inputs).double()
@@ -144,7 +152,7 @@ def test_chains_share_the_trunk_of_every_choice_sequence(
     whole = build_choice_problem(model, names, none(), 4, None, share_trunk=False, continuation=choices)
     inputs, answers = torch.as_tensor(dataset.x_train[:4]), torch.as_tensor(dataset.y_train[:4])
     chains = torch.stack([random_lora(shared, seed) for seed in (1, 2, 3)])
-    calls: list[int] = []
+    calls: list[int] = []  # the trunk's rows: one a question
     trunk = split_trunk(model, names)
     assert trunk is not None
     handle = trunk.layers[0].register_forward_hook(lambda _m, args, _o: calls.append(int(args[0].shape[0])))
@@ -153,7 +161,7 @@ def test_chains_share_the_trunk_of_every_choice_sequence(
         grads, values = chain_gradient(shared, 1.0)(chains, own)
         with torch.no_grad():
             found = vmap(shared.forward, in_dims=(0, None))(chains, inputs)
-        assert sum(calls) == 16  # four questions' four sequences, once
+        assert sum(calls) == 4  # four questions, each once with its four continuations
     finally:
         handle.remove()
     with torch.no_grad():
