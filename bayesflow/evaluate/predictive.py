@@ -80,7 +80,7 @@ def predictive_outputs(
         (S, n, k) outputs (logits for classification, means for regression), on the
         problem's device, computed without gradients.
     """
-    batched_forward = vmap(problem.forward, in_dims=(0, None))
+    batched_forward = vmap(problem.forward, in_dims=(0, None), randomness="different")  # MC dropout's masks
     inputs = inputs.to(problem.device)
     with torch.no_grad():
         pieces = [

@@ -99,7 +99,7 @@ def evaluate_tokens(
     from bayesflow.engines.memory import memory_budget, rows_within
 
     if outputs_of is None:
-        outputs_of = vmap(problem.forward, in_dims=(0, None))
+        outputs_of = vmap(problem.forward, in_dims=(0, None), randomness="different")
     windows, scored = y_test.shape
     vocabulary = int(problem.module.config.vocab_size)  # type: ignore[union-attr,arg-type]  # a language model's
     chunk = min(samples.shape[0], SAMPLE_CHUNK)

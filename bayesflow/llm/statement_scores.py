@@ -144,7 +144,7 @@ def _word_log_probs(
 
     step = members_per_call or members.shape[0]
     with torch.no_grad():
-        chunks = [vmap(picked)(part) for part in members.split(step)]
+        chunks = [vmap(picked, randomness="different")(part) for part in members.split(step)]
     log_probs = torch.cat(chunks).double().log_softmax(-1)
     return log_probs, owner, torch.as_tensor(targets, device=device)
 

@@ -96,7 +96,7 @@ def _with_lora(model: nn.Module, spec: LoraSpec, where: str) -> nn.Module:
     layers = check_lora(model, spec, where)
     config = peft.LoraConfig(
         r=spec.r, lora_alpha=spec.alpha, target_modules=list(spec.target_modules),
-        layers_to_transform=layers, lora_dropout=0.0,
+        layers_to_transform=layers, lora_dropout=spec.dropout,
     )
     with warnings.catch_warnings():  # peft reads transformers' deprecated alias
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")

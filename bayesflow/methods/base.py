@@ -76,6 +76,11 @@ class Traits:
             each example one output row (EKF); a family whose example holds many data
             points (a causal language model's window of scored tokens) refuses it
             (:mod:`bayesflow.families`).
+        dropout: its members are stochastic passes of the model with its LoRA dropout on
+            at one parameter vector (MC dropout): ``validate`` requires a model with adapter
+            dropout, and every prediction (the evaluate stage, ``load_posterior(...).predict``,
+            the statement and text scores) runs its members inside
+            :func:`bayesflow.llm.dropout.stochastic_passes`, seeded by the draw's seed.
     """
 
     shares_temperature: Literal["never", "always", "posterior"] = "never"
@@ -92,6 +97,7 @@ class Traits:
     models: frozenset[str] | None = None
     priors: frozenset[str] | None = None
     per_example_rows: bool = False
+    dropout: bool = False
 
     def shared_across_temperatures(self, convention: str) -> bool:
         """Whether one fit serves every temperature under a temperature ``convention``."""

@@ -148,8 +148,13 @@ class FittedPosterior:
 
     @property
     def engine(self) -> str | None:
-        """The engine that fitted it (its run's ``engine`` param)."""
-        return self.cell.get("engine")
+        """The engine that fitted it (its run's ``engine`` param; without one, a folder
+        without ``cell.json``, the spec's engine of the method)."""
+        recorded = self.cell.get("engine")
+        if recorded is None:
+            method = self.spec.methods.get(self.method or "")
+            recorded = getattr(method, "engine", None)
+        return None if recorded is None else str(recorded)
 
     @property
     def temperature(self) -> float | None:
@@ -250,6 +255,7 @@ class FittedPosterior:
         import torch
 
         from bayesflow.evaluate.predictive import posterior_outputs
+        from bayesflow.llm.dropout import stochastic_passes
 
         problem, likelihood, _ = self._build()
         if likelihood.task not in ("classification", "regression"):
@@ -264,9 +270,11 @@ class FittedPosterior:
         generator = torch.Generator(device=problem.device).manual_seed(int(seed))
         if self.prediction == CLOSED_FORM and bool(self.posterior.var is None or self.posterior.var.any()):
             return _closed_form_prediction(problem, likelihood, self.posterior, inputs)
-        outputs = posterior_outputs(
-            problem, self.posterior, inputs, count, generator, self.prediction
-        )
+        # MC dropout's passes: the adapters' dropout on, seeded as the evaluate stage seeds them.
+        with stochastic_passes(self.engine, problem.module, int(seed)):
+            outputs = posterior_outputs(
+                problem, self.posterior, inputs, count, generator, self.prediction
+            )
         if likelihood.task == "classification":
             return likelihood.probabilities(outputs).detach().double().mean(dim=0).cpu()
         means = outputs.detach().double().cpu().squeeze(-1)

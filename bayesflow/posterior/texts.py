@@ -113,6 +113,7 @@ def score_texts(
     from bayesflow.data.text import encode_documents
     from bayesflow.evaluate.predictive import draw_samples
     from bayesflow.posterior.fitted import EVALUATION_SEED_OFFSET
+    from bayesflow.llm.dropout import stochastic_passes
 
     spec = posterior.spec
     if not family_of(spec).scores_texts:
@@ -129,7 +130,8 @@ def score_texts(
     seed = EVALUATION_SEED_OFFSET + (posterior.seed or 0) if seed is None else seed
     generator = torch.Generator(device=problem.device).manual_seed(int(seed))
     members = draw_samples(posterior.posterior, int(n_samples or spec.evaluate.n_samples), generator)
-    return _scores(problem, members.to(problem.device), encoded, spec.data.length, spec.data.step)
+    with stochastic_passes(posterior.engine, problem.module, int(seed)):  # MC dropout's passes
+        return _scores(problem, members.to(problem.device), encoded, spec.data.length, spec.data.step)
 
 
 def _scores(problem: Any, members: Tensor, encoded: Sequence[np.ndarray], length: int, stride: int) -> dict[str, np.ndarray]:
@@ -186,5 +188,5 @@ def _probabilities(logits_of: Any, parts: Sequence[Tensor], inputs: Tensor, wher
     width = int(inputs.shape[1])
     for part in parts:
         with torch.no_grad():
-            logits = vmap(lambda params: logits_of(params, inputs, width))(part)
+            logits = vmap(lambda params: logits_of(params, inputs, width), randomness="different")(part)
         yield logits[:, where[0], where[1]].softmax(-1)

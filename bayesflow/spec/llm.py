@@ -40,6 +40,13 @@ class LoraSpec(Strict):
         None, description="Indices of the decoder layers that get adapters (negative counts from "
         "the last: -1 is the last layer); omitted or null: every layer (an empty list is refused)."
     )
+    dropout: float = Field(
+        0.0, ge=0, lt=1,
+        description="peft's `lora_dropout` p: dropout on each adapter's input (the adapter adds "
+        "(alpha / r) B A dropout(x)). It is on only where a method turns it on: `mc_dropout` "
+        "trains with it and leaves it on for its K stochastic passes at prediction; every other "
+        "method runs the model in eval mode, dropout off.",
+    )
 
     @field_validator("layers")
     @classmethod

@@ -18,7 +18,10 @@ from typing import Any
 from bayesflow.families import CAUSAL_LM, methods_for
 from bayesflow.methods.registry import METHODS, methods_with_curvature
 
-__all__ = ["LIKELIHOOD_OF_DATA", "LM_CURVATURES", "choice_refusal", "language_model_problems", "refusal"]
+__all__ = [
+    "LIKELIHOOD_OF_DATA", "LM_CURVATURES", "choice_refusal", "dropout_problems", "language_model_problems",
+    "refusal",
+]
 
 Problem = tuple[tuple[str, ...], str]
 
@@ -58,6 +61,37 @@ def choice_refusal(traits: Any) -> str | None:
         return (f"KFAC on left-padded prompts is not built yet; use {methods_with_curvature('diag_ggn')} or "
                 f"{methods_with_curvature('diag_fisher')}, one curvature term per question")
     return None
+
+
+def dropout_problems(name: str, engine: str, data: Any) -> list[Problem]:
+    """A method whose members are dropout passes (its traits' ``dropout``: MC dropout) on a
+    model with no adapter dropout to leave on: every pass would be the same network."""
+    fix = "set `model.trainable.lora.dropout` (e.g. 0.1; the Bayesian-LoRA papers use 0.05-0.1)"
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict) or model.get("name") != "causal_lm":
+        chosen = model.get("name") if isinstance(model, dict) else None
+        return [(("methods", name, "engine"),
+                 f"{engine} leaves a language model's LoRA dropout on at prediction, but `model.name` is "
+                 f"{chosen!r}, which has none; use `model: {{name: causal_lm, trainable: {{lora: {{dropout: 0.1}}}}}}`, "
+                 "or another method")]
+    trainable = model.get("trainable")
+    if not isinstance(trainable, dict):
+        return []  # the schema reports a missing or malformed `trainable`
+    lora = trainable.get("lora")
+    if trainable.get("parameters") is not None and lora is None:
+        return [(("model", "trainable", "parameters"),
+                 f"methods.{name} ({engine}) leaves the LoRA adapters' dropout on at prediction, but a "
+                 "`parameters:` subset has no adapters and so no dropout; use `trainable: {lora: {dropout: 0.1}}`, "
+                 "or another method")]
+    if not isinstance(lora, dict):
+        return []
+    dropout = lora.get("dropout", 0.0)
+    if isinstance(dropout, (int, float)) and not isinstance(dropout, bool) and dropout == 0:
+        where = ("model", "trainable", "lora", "dropout") if "dropout" in lora else ("model", "trainable", "lora")
+        return [(where,
+                 f"methods.{name} ({engine}) averages passes with the adapters' dropout on, but the dropout is 0, "
+                 f"so every pass is the same network; {fix}")]
+    return []
 
 
 def _name(data: dict[str, Any], block: str) -> str | None:

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from bayesflow.methods.registry import METHODS
-from bayesflow.spec.llm_checks import language_model_problems
+from bayesflow.spec.llm_checks import dropout_problems, language_model_problems
 from bayesflow.spec.statements import statements_problems
 
 __all__ = ["cross_check"]
@@ -72,6 +72,8 @@ def cross_check(data: Any) -> list[tuple[tuple[str, ...], str]]:
                 f"{', '.join(sorted(traits.tasks))}"))
         if traits is not None:
             problems.extend(_block_problems(name, engine, traits, data))
+        if traits is not None and traits.dropout:
+            problems.extend(dropout_problems(name, str(engine), data))
         problems.extend(_evidence_problems(name, method, data))
     problems.extend(_cycles(methods))
     problems.extend(_reference_problems(data, methods))

@@ -26,6 +26,7 @@ import numpy as np
 from bayesflow.dag.evaluators import active_evaluators
 from bayesflow.dag.plan import Stage
 from bayesflow.errors import StageError
+from bayesflow.llm.dropout import stochastic_passes
 from bayesflow.stages.artefacts import EVALUATION_FILE, EvaluationArtefact, FitArtefact
 from bayesflow.stages.context import WorkflowContext, describe_cell
 from bayesflow.stages.fit import load_posterior
@@ -68,50 +69,53 @@ def evaluate(
     generator = context.generator(problem.device, PREDICTIVE_SEED_OFFSET + int(stage.seed or 0))
     x_test, y_test = context.test_data(problem.device)
     settings = context.spec.evaluate
-    x_ood = None
-    if context.dataset.x_ood is not None:
-        x_ood = torch.as_tensor(context.dataset.x_ood, device=problem.device)
-    result = Evaluation({})  # an energy (a fixed target, no data) has no predictive
-    if likelihood.task != "energy" and not len(y_test):
-        result = Evaluation({}, conventions={"predictive": NO_TEST_SET})
-    elif likelihood.task != "energy":
-        result = evaluate_full(
-            problem, likelihood, posterior, x_test, y_test,
-            n_samples=settings.n_samples, generator=generator, ece_bins=settings.ece_bins,
-            ece_binning=settings.ece_binning, coverage_levels=settings.coverage_levels,
-            x_ood=x_ood, prediction=prediction_of(context, stage, posterior),
-            shifts=[(name, *context.tensors(x, y, problem.device)) for name, x, y in context.dataset.shifts],
-        )
-    metrics = {name: float(value) for name, value in result.metrics.items()}
-    conventions = dict(result.conventions)
-    if likelihood.task != "energy" and context.dataset.has_validation:
-        validation = _validation_metrics(context, stage, problem, likelihood, posterior)
-        metrics.update(validation[0])
-        conventions.update(validation[1])
-    if settings.ksd is not None and stage.temperature:
-        stein = _stein_discrepancy(context, stage, problem, tempering, posterior, settings.ksd)
-        metrics.update(stein[0])
-        conventions.update(stein[1])
-    if reference is not None:
-        distances = _reference_distances(stage, posterior, reference)
-        metrics.update(distances)
-        conventions.update(describe(distances))
-    arrays = dict(result.arrays)
-    if settings.reference is not None and likelihood.task != "energy":
-        from bayesflow.stages.agreement import compare_with_reference
+    # MC dropout's members are passes with the adapters' dropout on, seeded as the draw is
+    # (load_posterior(...).predict seeds its passes alike); a no-op for every other method.
+    with stochastic_passes(stage.engine, problem.module, PREDICTIVE_SEED_OFFSET + int(stage.seed or 0)):
+        x_ood = None
+        if context.dataset.x_ood is not None:
+            x_ood = torch.as_tensor(context.dataset.x_ood, device=problem.device)
+        result = Evaluation({})  # an energy (a fixed target, no data) has no predictive
+        if likelihood.task != "energy" and not len(y_test):
+            result = Evaluation({}, conventions={"predictive": NO_TEST_SET})
+        elif likelihood.task != "energy":
+            result = evaluate_full(
+                problem, likelihood, posterior, x_test, y_test,
+                n_samples=settings.n_samples, generator=generator, ece_bins=settings.ece_bins,
+                ece_binning=settings.ece_binning, coverage_levels=settings.coverage_levels,
+                x_ood=x_ood, prediction=prediction_of(context, stage, posterior),
+                shifts=[(name, *context.tensors(x, y, problem.device)) for name, x, y in context.dataset.shifts],
+            )
+        metrics = {name: float(value) for name, value in result.metrics.items()}
+        conventions = dict(result.conventions)
+        if likelihood.task != "energy" and context.dataset.has_validation:
+            validation = _validation_metrics(context, stage, problem, likelihood, posterior)
+            metrics.update(validation[0])
+            conventions.update(validation[1])
+        if settings.ksd is not None and stage.temperature:
+            stein = _stein_discrepancy(context, stage, problem, tempering, posterior, settings.ksd)
+            metrics.update(stein[0])
+            conventions.update(stein[1])
+        if reference is not None:
+            distances = _reference_distances(stage, posterior, reference)
+            metrics.update(distances)
+            conventions.update(describe(distances))
+        arrays = dict(result.arrays)
+        if settings.reference is not None and likelihood.task != "energy":
+            from bayesflow.stages.agreement import compare_with_reference
 
-        scores, notes, added = compare_with_reference(
-            context, stage, problem, likelihood, posterior, arrays, judged, generator,
-            prediction_of(context, stage, posterior),
-        )
-        metrics.update(scores)
-        conventions.update(notes)
-        arrays.update(added)
-    for evaluator in active_evaluators(settings):  # registered extras: bayesflow.dag.evaluators
-        scores, notes, added = evaluator.load()(context, stage, problem, posterior)
-        metrics.update(scores)
-        conventions.update(notes)
-        arrays.update(added)
+            scores, notes, added = compare_with_reference(
+                context, stage, problem, likelihood, posterior, arrays, judged, generator,
+                prediction_of(context, stage, posterior),
+            )
+            metrics.update(scores)
+            conventions.update(notes)
+            arrays.update(added)
+        for evaluator in active_evaluators(settings):  # registered extras: bayesflow.dag.evaluators
+            scores, notes, added = evaluator.load()(context, stage, problem, posterior)
+            metrics.update(scores)
+            conventions.update(notes)
+            arrays.update(added)
     bad = [name for name, value in metrics.items() if not np.isfinite(value)]
     if bad:
         raise StageError(f"{describe_cell(stage)}: metrics {bad} are not finite; the fit may have diverged")

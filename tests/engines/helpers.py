@@ -190,6 +190,7 @@ SMALL_CONFIGS: dict[str, dict[str, Any]] = {
     "ivon": {"epochs": 2, "batch_size": 8, "mc_samples": 2, "beta2": 0.99},
     "swag": {"epochs": 2, "batch_size": 8, "burn_in": 0, "collect_every": 1, "rank": 2,
              "members": 2, "samples": 4},
+    "mc_dropout": {"epochs": 2, "batch_size": 8, "passes": 3},
 }
 
 
