@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Prepared", "RunResult", "Sweep", "artifacts", "compare", "evaluations", "histories", "load",
     "plan", "plan_table", "posteriors", "prepare", "report", "results", "run", "run_spec",
-    "tracking_uri_of",
+    "tracking_opener", "tracking_uri_of",
 ]
 
 Workflow = LoadedSpec | Sweep
@@ -258,18 +258,12 @@ def run(
     from bayesflow.stages.context import describe_error
     from bayesflow.stopping import stop_on_signals
     from bayesflow.tracking.background import BackgroundHook
-    from bayesflow.tracking.hook import process_tags
     from bayesflow.tracking.preflight import check_store
-    from bayesflow.tracking.session import (
-        end_own_runs,
-        finish_tracking,
-        open_tracking,
-        worker_is_process,
-    )
+    from bayesflow.tracking.session import end_own_runs, finish_tracking, worker_is_process
 
     began = time.perf_counter()
     prepared = prepare(workflow)
-    loaded, dataset, the_plan = prepared.loaded, prepared.dataset, prepared.plan
+    loaded, the_plan = prepared.loaded, prepared.plan
     spec = loaded.spec
     if tracker is None:
         from bayesflow.tracking import MlflowTracker
@@ -282,10 +276,9 @@ def run(
     # The store is opened and every MLflow call made by a worker while the stages compute
     # (tracking is a sink: tracking/background.py, tracking/session.py).
     computing = _computes(list(the_plan.stages.values()), cache, force)
-    logging = BackgroundHook(functools.partial(
-        open_tracking, tracker, loaded, the_plan, experiment, dataset.digest, sweep, process_tags()),
-        process=worker_is_process(tracker, computing))
-    runner: Any = StageRunner(loaded, dataset)
+    logging = BackgroundHook(tracking_opener(prepared, tracker, experiment),
+                             process=worker_is_process(tracker, computing))
+    runner: Any = StageRunner(loaded, prepared.dataset)
     if sweep is not None:  # each variant's stages run on its own spec and data
         runner = variant_runner(sweep, prepared.datasets)
     going = spec.execution.keep_going if keep_going is None else keep_going
@@ -325,6 +318,23 @@ def run(
     return RunResult(
         parent_id, tracker.uri, experiment, outcome, report_dir,
         time.perf_counter() - began, runs, the_plan,
+    )
+
+
+def tracking_opener(prepared: Prepared, tracker: Any, experiment: str) -> Callable[[], Any]:
+    """What the tracking worker calls first (it pickles to a worker process):
+    :func:`~bayesflow.tracking.session.open_tracking` with this process's tags and the
+    loaded data's sizes, so the worker logs a fit's model without loading the data, a
+    tokenizer or torch (docs/design.md, "Tracking as a sink")."""
+    from bayesflow.posterior.files import dataset_sizes
+    from bayesflow.tracking.hook import process_tags
+    from bayesflow.tracking.session import open_tracking
+
+    sizes = {"": dataset_sizes(prepared.dataset)}
+    sizes.update({label: dataset_sizes(data) for label, data in prepared.datasets.items()})
+    return functools.partial(
+        open_tracking, tracker, prepared.loaded, prepared.plan, experiment, prepared.dataset.digest,
+        prepared.sweep, process_tags(), sizes,
     )
 
 

@@ -29,6 +29,7 @@ from bayesflow.posterior.files import (
     PosteriorError,
     cell_of,
     cell_sizes,
+    dataset_sizes,
     read_spec,
 )
 from bayesflow.posterior.fitted import (
@@ -54,6 +55,7 @@ __all__ = [
     "RegressionPrediction",
     "cell_of",
     "cell_sizes",
+    "dataset_sizes",
     "load_posterior",
     "read_spec",
     "score_texts",

@@ -28,6 +28,7 @@ __all__ = [
     "PosteriorError",
     "cell_of",
     "cell_sizes",
+    "dataset_sizes",
     "read_spec",
 ]
 
@@ -69,8 +70,19 @@ def read_spec(text: str, where: str = "the resolved spec") -> WorkflowSpec:
 def _sizes(data: str, base_dir: str, model: str = "null") -> tuple[int, int | None, str]:
     from bayesflow.data import load_dataset
 
-    dataset = load_dataset(json.loads(data), Path(base_dir), json.loads(model))
-    return dataset.num_features, dataset.num_classes, dataset.x_train.dtype.str
+    sizes = dataset_sizes(load_dataset(json.loads(data), Path(base_dir), json.loads(model)))
+    return sizes["num_features"], sizes["num_classes"], sizes["input_dtype"]
+
+
+def dataset_sizes(dataset: Any) -> dict[str, Any]:
+    """:data:`SIZE_KEYS` of a loaded :class:`~bayesflow.data.Dataset`: what a fit's network
+    is built with (a language model's: the window length, the vocabulary, int64 token ids).
+    The process that loaded the data hands them to the tracking worker, so that logging a
+    fit's model neither loads the data nor a tokenizer again (docs/design.md, "Tracking as
+    a sink")."""
+    return {"num_features": int(dataset.num_features),
+            "num_classes": None if dataset.num_classes is None else int(dataset.num_classes),
+            "input_dtype": dataset.x_train.dtype.str}
 
 
 def cell_of(params: dict[str, Any]) -> dict[str, Any]:

@@ -191,11 +191,16 @@ class TrackingHook:
     def __init__(
         self, tracker: Any, loaded: LoadedSpec, plan: Plan, parent_id: str, experiment: str,
         variants: dict[str, LoadedSpec] | None = None, process: dict[str, str] | None = None,
+        sizes: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         """``variants``: a sweep's specs by variant label (a stage's params and model come
         from its variant's spec); ``process``: the :func:`process_tags` of the process that
-        runs the stages (default: this one's; the tracking worker is given its owner's)."""
+        runs the stages (default: this one's; the tracking worker is given its owner's);
+        ``sizes``: the loaded data's :func:`~bayesflow.posterior.dataset_sizes` by variant
+        label (``""``: the spec's own data), which a fit's pyfunc model records; without
+        them the model's logger loads the data (and a language model's tokenizer) itself."""
         self.tracker = tracker
+        self.sizes = sizes or {}
         self.process = process or process_tags()
         self.loaded = loaded
         self.variants = variants or {}
@@ -331,7 +336,8 @@ class TrackingHook:
         if not isinstance(uri, str) or uri.startswith("memory:"):
             return
         log = family.pyfunc_logger()
-        log(run_id, fit.posterior, loaded.to_yaml(), fit_parameters(loaded, stage), uri, base_dir=loaded.base_dir)
+        cell = {**fit_parameters(loaded, stage), **self.sizes.get(stage.variant, self.sizes.get("", {}))}
+        log(run_id, fit.posterior, loaded.to_yaml(), cell, uri, base_dir=loaded.base_dir)
 
     def _earlier_run(self, stage: Stage) -> RunRecord | None:
         """The latest finished run that computed this stage name and key (not one that

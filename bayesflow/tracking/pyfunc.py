@@ -40,7 +40,6 @@ from bayesflow.posterior import (
     MODEL_PATH,
     SPEC_FILE,
     FittedPosterior,
-    RegressionPrediction,
     cell_of,
     cell_sizes,
     read_spec,
@@ -54,6 +53,7 @@ __all__ = [
     "PosteriorModel",
     "log_posterior_model",
     "model_files",
+    "output_columns",
     "prediction_frame",
     "store_model",
 ]
@@ -289,36 +289,41 @@ _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 def _signature(spec: WorkflowSpec, cell: dict[str, Any]) -> tuple[pd.DataFrame, Any]:
     """An input example and the signature inferred from it: EXAMPLE_ROWS rows of the data's
-    width, the output frame of that shape, and the params ``n_samples`` (0: the spec's
-    ``evaluate.n_samples``) and ``seed`` (-1: the evaluate stage's).
+    width, the output frame of that shape (:func:`output_columns`), and the params
+    ``n_samples`` (0: the spec's ``evaluate.n_samples``) and ``seed`` (-1: the evaluate
+    stage's).
 
     The input columns are left unnamed and widened to float64 (int64 for token ids): MLflow
     then takes features by position from a DataFrame with any column names or an array,
     and casts float32, float64 and integer inputs alike (an array schema would refuse any
-    dtype but its own, a pandas frame's float64 included).
+    dtype but its own, a pandas frame's float64 included). Neither torch nor the
+    likelihood is built: this runs in the tracking worker, which imports neither.
     """
-    import torch
     from mlflow.models import ModelSignature, infer_signature
     from mlflow.types import ColSpec, Schema
-
-    from bayesflow.likelihoods import build_likelihood
 
     integer = np.dtype(cell.get("input_dtype") or "float32").kind in "iu"
     width = int(cell["num_features"])
     dtype = np.int64 if integer else np.float64
     example = pd.DataFrame(np.zeros((EXAMPLE_ROWS, width), dtype=dtype))
-    likelihood = build_likelihood(spec.likelihood.model_dump())
-    if likelihood.task == "classification":
-        outputs = torch.zeros(EXAMPLE_ROWS, likelihood.num_outputs(cell.get("num_classes")))
-        output = prediction_frame(likelihood.probabilities(outputs).double())
-    else:
-        zeros = torch.zeros(EXAMPLE_ROWS, dtype=torch.float64)
-        output = prediction_frame(RegressionPrediction(zeros, zeros + 1))
+    output = pd.DataFrame({name: np.zeros(EXAMPLE_ROWS) for name in output_columns(spec, cell.get("num_classes"))})
     with warnings.catch_warnings():  # token ids are integers and are never missing
         warnings.filterwarnings("ignore", message=".*integer column", category=UserWarning)
         inferred = infer_signature(example, output, params={"n_samples": 0, "seed": -1})
     inputs = Schema([ColSpec(column.type) for column in inferred.inputs.inputs])
     return example, ModelSignature(inputs=inputs, outputs=inferred.outputs, params=inferred.params)
+
+
+def output_columns(spec: WorkflowSpec, num_classes: int | None) -> list[str]:
+    """The columns of the pyfunc model's output (:func:`prediction_frame`), all float64:
+    ``class_0 … class_{C-1}`` for a classification likelihood (C = 2 for ``bernoulli``,
+    whose one logit gives p(y = 0) and p(y = 1)), ``mean`` and ``sd`` for a regression.
+    Read off the spec, not computed with the likelihood (torch): the tracking worker calls
+    it (tests/tracking/test_worker_imports.py checks both against the likelihoods)."""
+    if spec.likelihood.TASK != "classification":
+        return ["mean", "sd"]
+    classes = 2 if spec.likelihood.name == "bernoulli" else int(num_classes or 0)
+    return [f"class_{k}" for k in range(classes)]
 
 
 @functools.lru_cache(maxsize=1)

@@ -47,12 +47,15 @@ def parent_params(loaded: LoadedSpec, data_digest: str, sweep: Sweep | None) -> 
 def open_tracking(
     tracker: Any, loaded: LoadedSpec, plan: Plan, experiment: str, data_digest: str,
     sweep: Sweep | None = None, process: dict[str, str] | None = None,
+    sizes: dict[str, dict[str, Any]] | None = None,
 ) -> TrackingHook:
     """End stale runs, start the parent run, log the spec(s); the hook for the stages.
 
     ``process``: the :func:`~bayesflow.tracking.hook.process_tags` of the process that
     runs the stages (a worker process passes its owner's: ``bayesflow.pid`` names the
-    process whose Ctrl-C ends these runs and whose death makes them stale).
+    process whose Ctrl-C ends these runs and whose death makes them stale). ``sizes``:
+    the loaded data's sizes by variant label (:class:`TrackingHook`), so that the worker
+    need not load the data, a tokenizer or torch to log a fit's model.
     """
     spec = loaded.spec
     process = process or process_tags()
@@ -73,7 +76,8 @@ def open_tracking(
         variants = {item.label: item.loaded for item in sweep.variants}
         for item in sweep.variants:
             tracker.log_text(parent_id, item.loaded.to_yaml(), f"spec/variants/{item.tag}.yaml")
-    return TrackingHook(tracker, loaded, plan, parent_id, experiment, variants=variants, process=process)
+    return TrackingHook(tracker, loaded, plan, parent_id, experiment, variants=variants, process=process,
+                        sizes=sizes)
 
 
 def finish_tracking(

@@ -105,7 +105,10 @@ def log_text_model(
         run_id: the fit (child) run.
         posterior_npz: the fit's ``posterior.npz`` (the trainable tensors).
         spec_yaml: the run's resolved spec, as YAML text.
-        cell: the fit's params (``method``, ``engine``, ``temperature``, ``seed``).
+        cell: the fit's params (``method``, ``engine``, ``temperature``, ``seed``) and,
+            from the process that loaded the data, its sizes (``num_classes``: the
+            vocabulary); without them the vocabulary is read from the tokenizer here, which
+            for ``tokenizer: model`` imports transformers and torch (about 190 MiB).
         tracking_uri: the MLflow store; ``memory://`` logs nothing.
         base_dir: the folder a relative ``model.path`` is taken from (default cwd).
 
@@ -113,7 +116,6 @@ def log_text_model(
         The model's URI (``runs:/<run id>/model``), or None for an in-memory store or a fit
         on multiple-choice questions.
     """
-    from bayesflow.data.text import encode_documents
     from bayesflow.llm.family import REFERENCE, base_model_text
 
     if tracking_uri.startswith("memory:"):
@@ -122,9 +124,12 @@ def log_text_model(
     spec = read_spec(text)
     if spec.data.INPUTS != "text_tokens":  # multiple-choice prompts: no model of texts (not built yet)
         return None
-    model = spec.model.model_dump(mode="json")
-    _, vocabulary = encode_documents([], spec.data, model, base_dir)
-    sizes = {"num_features": spec.data.length, "num_classes": vocabulary, "input_dtype": np.dtype(np.int64).str}
+    vocabulary = cell.get("num_classes")
+    if vocabulary is None:
+        from bayesflow.data.text import encode_documents
+
+        _, vocabulary = encode_documents([], spec.data, spec.model.model_dump(mode="json"), base_dir)
+    sizes = {"num_features": spec.data.length, "num_classes": int(vocabulary), "input_dtype": np.dtype(np.int64).str}
     record = {**cell_of(cell), "run_id": run_id, **sizes}
     with model_files(run_id, tracking_uri) as files:
         (files / SPEC_FILE).write_text(text)
