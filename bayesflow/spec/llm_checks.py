@@ -86,7 +86,7 @@ def language_model_problems(data: Any) -> list[Problem]:
                          (f"a causal_lm model on {dataset!r} data is scored by its own likelihood: "
                           f"use `likelihood: {{name: {expected}}}`, not {likelihood!r}")))
     problems += _data_problems(data)
-    problems += _evaluate_problems(data)
+    problems += _evaluate_problems(data, likelihood)
     methods = data.get("methods")
     if isinstance(methods, dict):
         runs = ", ".join(methods_for(CAUSAL_LM))
@@ -99,7 +99,7 @@ def language_model_problems(data: Any) -> list[Problem]:
                                  (f"{engine} cannot run on a causal language model ({reason}); "
                                  f"methods that can: {runs}")))
             prediction = method.get("prediction") if isinstance(method, dict) else None
-            if isinstance(prediction, str) and prediction != "sampled":
+            if isinstance(prediction, str) and prediction != "sampled" and likelihood != "multiple_choice":
                 problems.append((("methods", str(name), "prediction"),
                                  (f"{prediction!r} linearises the network's outputs, a window's "
                                  "scored tokens × the vocabulary for a language model; use `sampled`")))
@@ -135,7 +135,7 @@ def _tokenizer_problems(dataset: dict[str, Any], model: dict[str, Any]) -> list[
     return []
 
 
-def _evaluate_problems(data: dict[str, Any]) -> list[Problem]:
+def _evaluate_problems(data: dict[str, Any], likelihood: str | None) -> list[Problem]:
     evaluate = data.get("evaluate")
     if not isinstance(evaluate, dict):
         return []
@@ -149,7 +149,8 @@ def _evaluate_problems(data: dict[str, Any]) -> list[Problem]:
                          ("compares class probabilities per test point; a language model's predictive is "
                           "one per scored token over the vocabulary, which is not compared yet; remove it")))
     prediction = evaluate.get("prediction")
-    if isinstance(prediction, str) and prediction != "sampled":
+    # A question's outputs are its C choice logits: the linearised predictives run there.
+    if isinstance(prediction, str) and prediction != "sampled" and likelihood != "multiple_choice":
         problems.append((("evaluate", "prediction"),
                          (f"{prediction!r} linearises the network's outputs, a window's scored "
                          "tokens × the vocabulary for a language model; use `sampled`")))

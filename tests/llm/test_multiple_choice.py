@@ -324,11 +324,13 @@ def test_map_and_a_diagonal_laplace_log_accuracy_nll_ece_and_brier(tmp_path: Pat
 
 @pytest.mark.slow
 def test_kfac_laplaces_log_accuracy_nll_and_ece_at_two_temperatures(tmp_path: Path) -> None:
-    """MAP, then laplace_kfac_ggn (its prior chosen by the evidence) and laplace_kfac_fisher
-    from it at T = 1 and T = 0.5, through ``bayesflow.run``: every Laplace fit logs the test
-    accuracy, NLL and ECE over the questions, and its evidence."""
+    """MAP, then laplace_kfac_ggn (Laplace-LoRA: its prior chosen by the evidence, the
+    linearised predictive's probit) and laplace_kfac_fisher from it at T = 1 and T = 0.5,
+    through ``bayesflow.run``: every Laplace fit logs the test accuracy, NLL and ECE over the
+    questions, and its evidence."""
     methods = {"map": {"engine": "map", "optimizer": {"name": "adamw", "lr": 0.01}, "epochs": 2, "batch_size": 4},
-               "kfac_ggn": {"engine": "laplace_kfac_ggn", "from": "map", "prior_variance": "auto"},
+               "kfac_ggn": {"engine": "laplace_kfac_ggn", "from": "map", "prior_variance": "auto",
+                            "prediction": "closed_form"},
                "kfac_fisher": {"engine": "laplace_kfac_fisher", "from": "map", "batch_size": 4}}
     spec = {**choice_spec(tmp_path, methods=methods), "temperatures": [1.0, 0.5],
             "evaluate": {"n_samples": 200}, "execution": {"cache_dir": str(tmp_path / "cache")}}
