@@ -60,6 +60,7 @@ __all__ = [
     "kronecker_posterior",
     "log_det_precision",
     "precision_eigenvalues",
+    "sequence_rows",
     "unpack",
 ]
 
@@ -90,10 +91,17 @@ class KfacLayer:
 @dataclass(frozen=True)
 class Layers:
     """A problem's model seen layer by layer: ``forward(θ, inputs)`` over its own flat
-    vector with the layers' hooks firing, and the layers."""
+    vector with the layers' hooks firing, and the layers.
+
+    ``positions``, when given, maps a batch's inputs to the (sequences, L) mask of its real
+    positions (False at padding): then padded rows enter neither factor, and each sequence's
+    real rows count as one row of weight 1 in ``Σ aaᵀ`` (``a aᵀ`` averaged over its real
+    positions) and R counts sequences (:func:`sequence_rows`).
+    """
 
     forward: Callable[[Tensor, Tensor], Tensor]
     layers: tuple[KfacLayer, ...]
+    positions: Callable[[Tensor], Tensor] | None = None
 
 
 def kfac_layers(problem: Problem, engine: str) -> Layers:
@@ -248,17 +256,58 @@ def accumulate_factors(
             raise StageError(f"KFAC: layer {name!r} ran {len(calls)} times in one forward pass; "
                              "KFAC needs each layer applied once (no shared weights)")
     layer_outputs = [records[layer.name][0][1] for layer in layers.layers]
+    mask = None if layers.positions is None else layers.positions(inputs)
     gradient_factors = [outputs.new_zeros(layer.shape[0], layer.shape[0]) for layer in layers.layers]
     for grads in _output_gradients(problem, outputs, targets, layer_outputs, kind):
         for layer, total, gradient in zip(layers.layers, gradient_factors, grads):
-            rows = output_rows(layer.module, gradient).to(total.dtype)  # bf16 layers: sum in fp32
+            if mask is None:
+                rows = output_rows(layer.module, gradient).to(total.dtype)  # bf16 layers: sum in fp32
+            else:  # a padded row's gradient is zero already (nothing reads it); the mask says so
+                rows, kept, _ = sequence_rows(layer.name, gradient.to(total.dtype), mask)
+                rows = rows * kept.unsqueeze(-1)
             total += rows.T @ rows
     pieces = []
     for layer, gradient_factor in zip(layers.layers, gradient_factors):
-        rows = layer_rows(layer.module, records[layer.name][0][0]).to(gradient_factor.dtype)
-        count = rows.new_full((1,), rows.shape[0])
-        pieces += [(rows.T @ rows).reshape(-1), gradient_factor.reshape(-1), count]
+        recorded = records[layer.name][0][0].to(gradient_factor.dtype)
+        if mask is None:
+            rows = layer_rows(layer.module, recorded)
+            input_sum, count = rows.T @ rows, rows.new_full((1,), rows.shape[0])
+        else:
+            rows, _, weights = sequence_rows(layer.name, recorded, mask)
+            input_sum, count = (rows * weights.unsqueeze(-1)).T @ rows, rows.new_full((1,), mask.shape[0])
+        pieces += [input_sum.reshape(-1), gradient_factor.reshape(-1), count]
     return torch.cat(pieces).detach()
+
+
+def sequence_rows(name: str, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A Linear layer's inputs or output gradients (sequences, P, width) of padded
+    sequences as rows (sequences × P, width), each row's 0/1 real mask, and its weight in
+    the input factor: ``1 / (the sequence's real positions among the P)``, so a sequence's
+    ``Σ aaᵀ`` term is the mean over its real positions, and a padded sequence's term equals
+    the same sequence's unpadded (laplace-torch's per-batch input factor, a mean over
+    positions, rescaled by batch / N, gives the same sum for any grouping of equal-length
+    prompts into batches).
+
+    ``mask`` (sequences, L) is the batch's real positions (:class:`Layers`); a layer that
+    runs at the last P ≤ L positions only (an output layer under ``logits_to_keep``) reads
+    the mask's last P columns.
+
+    Raises:
+        StageError: the layer's rows do not split into the mask's sequences.
+    """
+    mask = mask.reshape(-1, mask.shape[-1]).to(values.dtype)
+    sequences, length = mask.shape
+    rows = values.shape[:-1].numel()
+    positions = rows // max(sequences, 1)
+    if positions * sequences != rows or not 1 <= positions <= length:
+        raise StageError(
+            f"KFAC: layer {name!r} saw {rows} rows, which do not split into the batch's "
+            f"{sequences} sequences of at most {length} positions; KFAC over padded "
+            "sequences needs every layer to run at each sequence's positions"
+        )
+    kept = mask[:, length - positions :]
+    weights = kept / kept.sum(-1, keepdim=True).clamp(min=1)
+    return values.reshape(rows, -1), kept.reshape(-1), weights.reshape(-1)
 
 
 def _output_gradients(

@@ -105,14 +105,15 @@ def _check_weights(path: str, base_dir: Path | None, model: Any) -> None:
 
 
 def _check_kfac_tensors(spec: Any, model: Any, names: list[str]) -> None:
-    """KFAC of the empirical Fisher covers the weights and biases of ``nn.Linear`` layers
-    only (:func:`bayesflow.llm.kfac.lm_kfac_layers`): a glob that also takes a norm's scale
+    """KFAC (the empirical Fisher, or on multiple-choice questions the GGN too) covers the
+    weights and biases of ``nn.Linear`` layers only (:func:`bayesflow.llm.kfac.linear_layers`): a glob that also takes a norm's scale
     or an embedding is refused at the globs' line, naming those tensors and the method."""
     from torch import nn
 
     from bayesflow.methods.registry import methods_with_curvature, traits_of
 
-    methods = [name for name, method in spec.methods.items() if traits_of(method.engine).curvature == "kfac_fisher"]
+    methods = [name for name, method in spec.methods.items()
+               if (traits_of(method.engine).curvature or "").startswith("kfac_")]
     if not methods:
         return
     linear = {f"{module_name}.{kind}" for module_name, module in model.named_modules()

@@ -25,6 +25,12 @@ Only the trainable tensors enter: the frozen weights stay in the model, never fl
 
 The KFAC Laplace of the empirical Fisher takes these layers on a ``next_token`` problem
 (:meth:`bayesflow.llm.likelihood.NextToken.kfac_layers`; docs/llm.md).
+
+On multiple-choice questions (:func:`choice_kfac_layers`) a question is one datum: its
+outputs are the C choice logits at the prompt's last position, so G takes the GGN exactly
+(C backward passes per batch, the softmax's output Hessian) or the empirical Fisher (one),
+the rows are every real position of every prompt (the expand form, as laplace-torch's
+curvlinops backends take it), and the left padding enters neither factor.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ from bayesflow.engines.kronecker import KroneckerCovariance
 from bayesflow.errors import StageError
 from bayesflow.temperature import Tempering
 
-__all__ = ["lm_kfac_factors", "lm_kfac_layers", "lm_kfac_posterior"]
+__all__ = ["choice_kfac_layers", "linear_layers", "lm_kfac_factors", "lm_kfac_layers", "lm_kfac_posterior",
+           "real_positions"]
 
 ENGINE = "lm_kfac"
 
@@ -52,8 +59,37 @@ def lm_kfac_layers(problem: Problem) -> Layers:
             problem, or a trainable tensor is not the weight or bias of an ``nn.Linear``
             (an embedding, a norm's scale).
     """
-    model, without_last = problem.module, problem.without_last
-    if not isinstance(model, nn.Module) or without_last is None:
+    if problem.without_last is None:
+        raise StageError(f"{ENGINE}: needs a language-model problem (build_lm_problem)")
+    return Layers(problem.without_last, linear_layers(problem))
+
+
+def choice_kfac_layers(problem: Problem) -> Layers:
+    """The trainable ``nn.Linear`` layers of a multiple-choice problem
+    (:func:`~bayesflow.llm.choices.build_choice_problem`), run by the problem's own forward
+    (its (n, C) outputs, whatever makes them), with every real position of a prompt a row
+    and the padding (``-1``) none: each question's ``Σ aaᵀ`` term is ``a aᵀ`` averaged
+    over its prompt's positions and R counts questions
+    (:func:`bayesflow.engines.kfac.sequence_rows`), so a padded prompt's factors are the
+    same prompt's unpadded, and a batch's are laplace-torch's over same-length batches.
+
+    Raises:
+        StageError: a trainable tensor is not the weight or bias of an ``nn.Linear``.
+    """
+    return Layers(problem.forward, linear_layers(problem), positions=real_positions)
+
+
+def real_positions(inputs: Tensor) -> Tensor:
+    """The (n, L) mask of the real tokens of left-padded prompts (padding ``-1``,
+    :data:`bayesflow.data.multiple_choice.PADDING`)."""
+    return inputs >= 0
+
+
+def linear_layers(problem: Problem) -> tuple[KfacLayer, ...]:
+    """The ``nn.Linear`` layers of a language-model problem's module whose weight or bias
+    is one of its trainable tensors, with their positions in its flat vector."""
+    model = problem.module
+    if not isinstance(model, nn.Module):
         raise StageError(f"{ENGINE}: needs a language-model problem (build_lm_problem)")
     starts, position = {}, 0
     for name, shape in zip(problem.param_names, problem.param_shapes):
@@ -77,7 +113,7 @@ def lm_kfac_layers(problem: Problem) -> Layers:
                          f"(LoRA adapters, attention and MLP projections), but {missing} are "
                          "not; select only linear layers, or use the diagonal token Fisher "
                          "(bayesflow.llm.curvature)")
-    return Layers(without_last, tuple(layers))
+    return tuple(layers)
 
 
 def lm_kfac_factors(

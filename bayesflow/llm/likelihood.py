@@ -14,7 +14,9 @@ token) is refused.
 (:mod:`bayesflow.llm.choices`), so a question is one row, as for any classifier: N counts
 questions, the diagonal curvatures are the per-example ones of
 :mod:`bayesflow.engines.curvature` (one gradient, or C vector-Jacobian products, per
-question) and the predictive is the classifier's.
+question), KFAC (GGN or empirical Fisher) covers the trainable linear layers with every
+real position of a prompt a row (:func:`bayesflow.llm.kfac.choice_kfac_layers`), and the
+predictive is the classifier's.
 """
 
 from __future__ import annotations
@@ -125,18 +127,13 @@ class MultipleChoice(SoftmaxOutputs, Likelihood):
         return num_classes
 
     def kfac_layers(self, engine: str, kind: str, problem: Any) -> Any:
-        """Refused: the Kronecker factors of left-padded prompts are not built yet.
+        """The trainable ``nn.Linear`` layers (LoRA adapters, a last layer's projections),
+        every real position of a prompt a row and the padding none; G of the GGN (C backward
+        passes, the softmax over the choices) or of the empirical Fisher, per question
+        (:func:`bayesflow.llm.kfac.choice_kfac_layers`)."""
+        from bayesflow.llm.kfac import choice_kfac_layers
 
-        Raises:
-            StageError: always, naming the diagonal methods that run.
-        """
-        from bayesflow.methods.registry import methods_with_curvature
-
-        raise StageError(
-            f"{engine}: KFAC on multiple-choice prompts is not built yet (the padding would enter "
-            f"its input factors); use {methods_with_curvature('diag_ggn')} or "
-            f"{methods_with_curvature('diag_fisher')}, one curvature term per question"
-        )
+        return choice_kfac_layers(problem)
 
 
 @LIKELIHOODS.register("multiple_choice")

@@ -26,7 +26,11 @@ takes the layers of :mod:`bayesflow.llm.kfac`: the trainable ``nn.Linear`` layer
 adapters or projections), every position of a window a row, G from the gradient of the
 window's scored-token log likelihood; its posterior and evidence are the same
 ``KroneckerCovariance`` and log det. ``laplace_kfac_ggn`` is refused there (a backward
-pass per class of the vocabulary). Every inferred tensor must be the weight or bias of an ``nn.Linear`` or
+pass per class of the vocabulary). On multiple-choice questions (``likelihood:
+multiple_choice``, Laplace-LoRA) both run, over the same layers with each question one datum
+and the prompts' left padding in neither factor
+(:func:`bayesflow.llm.kfac.choice_kfac_layers`; equal to laplace-torch's kron Laplace,
+``tests/llm/test_choice_kfac.py``). Every inferred tensor must be the weight or bias of an ``nn.Linear`` or
 ``nn.Conv2d`` (no diagonal fallback: the engine refuses the others and says how to leave
 them out), and the prior must have one precision per tensor.
 

@@ -6,7 +6,8 @@ together (the data/model pair is :func:`bayesflow.spec.relations.cross_check`'s
 ``ACCEPTS`` check; :data:`LIKELIHOOD_OF_DATA` the data/likelihood pair). A method runs on a language model when its engine takes gradients and
 log posteriors of the whole batch: every method but those whose traits say they take one
 gradient or curvature row per example (``per_example_rows``: EKF), a curvature other than the
-token Fisher or the KFAC empirical Fisher (the dense Laplaces, the KFAC GGN), or a closed form for other models
+token Fisher or the KFAC empirical Fisher (the dense Laplaces, the KFAC GGN; on multiple-choice
+questions the KFAC GGN runs: C outputs), or a closed form for other models
 (``models``: the conjugate linear model). What needs the model's structure (its context,
 its modules) is :mod:`bayesflow.llm.checks`, run with the data.
 """
@@ -19,7 +20,7 @@ from bayesflow.families import CAUSAL_LM, methods_for
 from bayesflow.methods.registry import METHODS, methods_with_curvature
 
 __all__ = [
-    "LIKELIHOOD_OF_DATA", "LM_CURVATURES", "choice_refusal", "dropout_problems", "language_model_problems",
+    "CHOICE_CURVATURES", "LIKELIHOOD_OF_DATA", "LM_CURVATURES", "dropout_problems", "language_model_problems",
     "refusal",
 ]
 
@@ -33,6 +34,9 @@ WHAT_IS_SCORED = {"next_token": "tokens", "multiple_choice": "answers to questio
 # (bayesflow.llm.curvature): the empirical Fisher, and the GGN from sampled tokens; and the
 # Kronecker-factored empirical Fisher of the trainable linear layers (bayesflow.llm.kfac).
 LM_CURVATURES = frozenset({"diag_fisher", "diag_ggn", "kfac_fisher"})
+# On multiple-choice questions the outputs are C choice logits: the KFAC GGN takes C backward
+# passes per batch (bayesflow.llm.kfac.choice_kfac_layers).
+CHOICE_CURVATURES = LM_CURVATURES | {"kfac_ggn"}
 # Why a curvature cannot run on a language model, where the general reason says too little,
 # and the curvature to use instead (its methods are named from the registry).
 _CURVATURE_REASONS = {
@@ -41,25 +45,18 @@ _CURVATURE_REASONS = {
 }
 
 
-def refusal(traits: Any) -> str | None:
-    """Why a method of ``traits`` cannot run on a causal language model, or None when it can
-    (the family's rule, :data:`bayesflow.families.CAUSAL_LM`)."""
-    if traits.curvature in _CURVATURE_REASONS:
+def refusal(traits: Any, likelihood: str | None = None) -> str | None:
+    """Why a method of ``traits`` cannot run on a causal language model under
+    ``likelihood``, or None when it can (the family's rule, :data:`bayesflow.families.CAUSAL_LM`,
+    with no likelihood: the rule of next-token text)."""
+    curvatures = CHOICE_CURVATURES if likelihood == "multiple_choice" else LM_CURVATURES
+    if traits.curvature in _CURVATURE_REASONS and traits.curvature not in curvatures:
         reason, instead = _CURVATURE_REASONS[traits.curvature]
         return reason.format(methods_with_curvature(instead))
-    if traits.per_example_rows or (traits.curvature is not None and traits.curvature not in LM_CURVATURES):
+    if traits.per_example_rows or (traits.curvature is not None and traits.curvature not in curvatures):
         return "it needs one gradient or curvature row per example, or a closed form"
     if traits.models is not None and "causal_lm" not in traits.models:
         return "it is a closed form for other models"
-    return None
-
-
-def choice_refusal(traits: Any) -> str | None:
-    """Why a method of ``traits`` cannot run on multiple-choice questions beyond the
-    family's rule, or None when it can."""
-    if traits.curvature == "kfac_fisher":
-        return (f"KFAC on left-padded prompts is not built yet; use {methods_with_curvature('diag_ggn')} or "
-                f"{methods_with_curvature('diag_fisher')}, one curvature term per question")
     return None
 
 
@@ -123,21 +120,20 @@ def language_model_problems(data: Any) -> list[Problem]:
                          (f"a causal_lm model on {dataset!r} data is scored by its own likelihood: "
                           f"use `likelihood: {{name: {expected}}}`, not {likelihood!r}")))
     problems += _data_problems(data)
-    problems += _evaluate_problems(data)
+    problems += _evaluate_problems(data, likelihood)
     methods = data.get("methods")
     if isinstance(methods, dict):
         runs = ", ".join(methods_for(CAUSAL_LM))
         for name, method in methods.items():
             engine = method.get("engine") if isinstance(method, dict) else None
-            reason = refusal(METHODS.get(engine).traits) if isinstance(engine, str) and engine in METHODS else None
-            if reason is None and likelihood == "multiple_choice" and isinstance(engine, str) and engine in METHODS:
-                reason = choice_refusal(METHODS.get(engine).traits)
+            reason = (refusal(METHODS.get(engine).traits, likelihood)
+                      if isinstance(engine, str) and engine in METHODS else None)
             if reason is not None:
                 problems.append((("methods", str(name), "engine"),
                                  (f"{engine} cannot run on a causal language model ({reason}); "
                                  f"methods that can: {runs}")))
             prediction = method.get("prediction") if isinstance(method, dict) else None
-            if isinstance(prediction, str) and prediction != "sampled":
+            if isinstance(prediction, str) and prediction != "sampled" and likelihood != "multiple_choice":
                 problems.append((("methods", str(name), "prediction"),
                                  (f"{prediction!r} linearises the network's outputs, a window's "
                                  "scored tokens × the vocabulary for a language model; use `sampled`")))
@@ -173,7 +169,7 @@ def _tokenizer_problems(dataset: dict[str, Any], model: dict[str, Any]) -> list[
     return []
 
 
-def _evaluate_problems(data: dict[str, Any]) -> list[Problem]:
+def _evaluate_problems(data: dict[str, Any], likelihood: str | None) -> list[Problem]:
     evaluate = data.get("evaluate")
     if not isinstance(evaluate, dict):
         return []
@@ -187,7 +183,8 @@ def _evaluate_problems(data: dict[str, Any]) -> list[Problem]:
                          ("compares class probabilities per test point; a language model's predictive is "
                           "one per scored token over the vocabulary, which is not compared yet; remove it")))
     prediction = evaluate.get("prediction")
-    if isinstance(prediction, str) and prediction != "sampled":
+    # A question's outputs are its C choice logits: the linearised predictives run there.
+    if isinstance(prediction, str) and prediction != "sampled" and likelihood != "multiple_choice":
         problems.append((("evaluate", "prediction"),
                          (f"{prediction!r} linearises the network's outputs, a window's scored "
                          "tokens × the vocabulary for a language model; use `sampled`")))

@@ -157,9 +157,9 @@ def test_labels_and_prompt_lengths_are_checked_against_the_model(
      "{name: multiple_choice}`"),
     ({"model": {"name": "mlp"}}, "likelihood.name",
      "multiple_choice scores the answers to questions of a causal language model"),
-    ({"methods": {"map": {"engine": "map"}, "kfac": {"engine": "laplace_kfac_fisher", "from": "map"}}},
-     "methods.kfac.engine", "laplace_kfac_fisher cannot run on a causal language model (KFAC on left-padded"),
-], ids=["template", "path_and_splits", "next_token", "mlp", "kfac"])
+    ({"methods": {"map": {"engine": "map"}, "ekf": {"engine": "ekf_dense_fisher"}}},
+     "methods.ekf.engine", "ekf_dense_fisher cannot run on a causal language model (it needs one gradient"),
+], ids=["template", "path_and_splits", "next_token", "mlp", "ekf"])
 def test_spec_problems_are_refused_where_written(
     tmp_path: Path, sections: dict[str, Any], key: str, expected: str
 ) -> None:
@@ -320,6 +320,31 @@ def test_map_and_a_diagonal_laplace_log_accuracy_nll_ece_and_brier(tmp_path: Pat
         assert frame[metric].notna().all(), metric
     assert frame["test_accuracy"].isin([0, 0.25, 0.5, 0.75, 1]).all()  # 4 test questions
     assert (frame["test_nll"] > 0).all() and frame["test_ece"].between(0, 1).all()
+
+
+@pytest.mark.slow
+def test_kfac_laplaces_log_accuracy_nll_and_ece_at_two_temperatures(tmp_path: Path) -> None:
+    """MAP, then laplace_kfac_ggn (Laplace-LoRA: its prior chosen by the evidence, the
+    linearised predictive's probit) and laplace_kfac_fisher from it at T = 1 and T = 0.5,
+    through ``bayesflow.run``: every Laplace fit logs the test accuracy, NLL and ECE over the
+    questions, and its evidence."""
+    methods = {"map": {"engine": "map", "optimizer": {"name": "adamw", "lr": 0.01}, "epochs": 2, "batch_size": 4},
+               "kfac_ggn": {"engine": "laplace_kfac_ggn", "from": "map", "prior_variance": "auto",
+                            "prediction": "closed_form"},
+               "kfac_fisher": {"engine": "laplace_kfac_fisher", "from": "map", "batch_size": 4}}
+    spec = {**choice_spec(tmp_path, methods=methods), "temperatures": [1.0, 0.5],
+            "evaluate": {"n_samples": 200}, "execution": {"cache_dir": str(tmp_path / "cache")}}
+    tracker = InMemoryTracker(tmp_path / "artifacts")
+    result = bayesflow.run(bayesflow.load(write_spec(tmp_path, spec)), tracker=tracker)
+    assert result.exit_code == 0, result.outcome.errors
+    frame = bayesflow.results(result.run_id, tracker=tracker)
+    laplaces = frame[frame["method"].isin(["kfac_ggn", "kfac_fisher"])]
+    assert sorted(zip(laplaces["method"], laplaces["temperature"].astype(float))) == [
+        ("kfac_fisher", 0.5), ("kfac_fisher", 1.0), ("kfac_ggn", 0.5), ("kfac_ggn", 1.0)]
+    for metric in ("test_accuracy", "test_nll", "test_ece", "log_evidence"):
+        assert laplaces[metric].notna().all(), metric
+    assert laplaces["prior_variance_chosen"].notna().sum() == 2  # kfac_ggn at both temperatures
+    assert (laplaces["test_nll"] > 0).all() and laplaces["test_ece"].between(0, 1).all()
 
 
 @pytest.mark.slow
