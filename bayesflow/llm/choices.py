@@ -195,7 +195,7 @@ def build_choice_problem(
         assert continuation is not None
         return packed_arguments(rows, continuation[0], dtype)
 
-    likelihood = MultipleChoice()
+    likelihood = MultipleChoice(length_columns=0 if continuation is None else continuation[0])
     tensors = trainable_values(model, names)
     dtypes = tuple(value.dtype for value in tensors.values())
     sizes = [math.prod(shape) for shape in base.param_shapes]

@@ -98,8 +98,9 @@ def choice_problem(
     network.to(device)
     num_data = 1 if train_targets is None else likelihood.data_points(train_targets)
     continuation = (count, int(continuation_tokens)) if scored and continuation_tokens else None
-    return build_choice_problem(network, names, prior, num_data, labels, device,
-                                continuation=continuation), likelihood
+    problem = build_choice_problem(network, names, prior, num_data, labels, device, continuation=continuation)
+    assert isinstance(problem.observation, MultipleChoice)
+    return problem, problem.observation
 
 
 def language_model_with(problem: Problem, params: Any) -> nn.Module:

@@ -35,6 +35,8 @@ curvlinops backends take it), and the left padding enters neither factor.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor, nn
 
@@ -64,7 +66,7 @@ def lm_kfac_layers(problem: Problem) -> Layers:
     return Layers(problem.without_last, linear_layers(problem))
 
 
-def choice_kfac_layers(problem: Problem) -> Layers:
+def choice_kfac_layers(problem: Problem, length_columns: int = 0) -> Layers:
     """The trainable ``nn.Linear`` layers of a multiple-choice problem
     (:func:`~bayesflow.llm.choices.build_choice_problem`), run by the problem's own forward
     (its (n, C) outputs, whatever makes them), with every real position of a prompt a row
@@ -72,17 +74,21 @@ def choice_kfac_layers(problem: Problem) -> Layers:
     over its prompt's positions and R counts questions
     (:func:`bayesflow.engines.kfac.sequence_rows`), so a padded prompt's factors are the
     same prompt's unpadded, and a batch's are laplace-torch's over same-length batches.
+    A question scored by its continuations (``length_columns`` = C lengths end each row) is
+    one packed sequence: its prompt's and continuations' positions are its rows.
 
     Raises:
         StageError: a trainable tensor is not the weight or bias of an ``nn.Linear``.
     """
-    return Layers(problem.forward, linear_layers(problem), positions=real_positions)
+    positions = real_positions if not length_columns else partial(real_positions, length_columns=length_columns)
+    return Layers(problem.forward, linear_layers(problem), positions=positions)
 
 
-def real_positions(inputs: Tensor) -> Tensor:
+def real_positions(inputs: Tensor, length_columns: int = 0) -> Tensor:
     """The (n, L) mask of the real tokens of left-padded prompts (padding ``-1``,
-    :data:`bayesflow.data.multiple_choice.PADDING`)."""
-    return inputs >= 0
+    :data:`bayesflow.data.multiple_choice.PADDING`), the last ``length_columns`` of each
+    row (continuation lengths, not tokens) left out."""
+    return (inputs[..., : inputs.shape[-1] - length_columns] if length_columns else inputs) >= 0
 
 
 def linear_layers(problem: Problem) -> tuple[KfacLayer, ...]:

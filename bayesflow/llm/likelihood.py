@@ -116,10 +116,14 @@ class MultipleChoice(SoftmaxOutputs, Likelihood):
     """The categorical over a question's choices, its logits the language model's
     next-token logits of the choices' label tokens at the prompt's last position (the
     Laplace-LoRA and BLoB convention). Outputs (n, C), targets (n,) answer indices; the
-    temperature convention is every likelihood's, with N = questions."""
+    temperature convention is every likelihood's, with N = questions. With ``data.scoring:
+    continuation`` the logits are the choices' summed continuation log-probabilities instead,
+    and each input row ends in ``length_columns`` (C) continuation lengths that are not
+    tokens (:func:`bayesflow.llm.choices.packed_arguments`)."""
 
     name: str = "multiple_choice"
     task: str = "classification"
+    length_columns: int = 0
     dense_curvature = False  # d × d per question for every adapter: the diagonal or nothing
 
     def num_outputs(self, num_classes: int | None) -> int:
@@ -133,7 +137,7 @@ class MultipleChoice(SoftmaxOutputs, Likelihood):
         (:func:`bayesflow.llm.kfac.choice_kfac_layers`)."""
         from bayesflow.llm.kfac import choice_kfac_layers
 
-        return choice_kfac_layers(problem)
+        return choice_kfac_layers(problem, self.length_columns)
 
 
 @LIKELIHOODS.register("multiple_choice")

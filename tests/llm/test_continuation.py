@@ -22,7 +22,7 @@ from bayesflow.spec.choice import CONTINUATION_TEMPLATE, MultipleChoiceSpec
 from bayesflow.tracking import InMemoryTracker
 from bayesflow.variants import load_data
 from tests.llm.conftest import tiny
-from tests.llm.spec_helpers import write_spec
+from tests.llm.spec_helpers import tiny_lm, write_spec
 from tests.llm.test_multiple_choice import QUESTIONS, choice_spec, random_lora, validate
 from tests.llm.test_validate import line_of
 
@@ -205,25 +205,57 @@ def test_a_prompt_and_choice_longer_than_the_context_is_named(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_the_adapters_posteriors_on_continuations_log_the_classifier_metrics(tmp_path: Path) -> None:
-    """MAP, a diagonal Laplace from it, mean-field VI on the adapters (BLoB's family) and
-    parallel SGHMC on continuation-scored questions, at two temperatures: every fit logs
-    test and validation accuracy, NLL, ECE and Brier."""
+    """MAP, a diagonal and a KFAC Laplace from it, mean-field VI on the adapters (BLoB's
+    family), parallel SGHMC and MC dropout on continuation-scored questions, at two
+    temperatures: every fit logs test and validation accuracy, NLL, ECE and Brier."""
     methods = {"map": {"engine": "map", "optimizer": {"name": "adamw", "lr": 0.01}, "epochs": 2, "batch_size": 4},
                "laplace": {"engine": "laplace_diag_ggn", "from": "map"},
                "vi": {"engine": "vi_diag", "optimizer": {"name": "adam", "lr": 0.01}, "epochs": 2, "batch_size": 4},
                "sghmc": {"engine": "sghmc", "lr": 0.01, "alpha": 3.0, "epochs": 2, "batch_size": 4, "chains": 2,
-                         "keep": "last"}}
-    spec = {**continuation_spec(tmp_path, methods=methods, temperatures=[0.5, 1.0]),
+                         "keep": "last"},
+               "kfac": {"engine": "laplace_kfac_ggn", "from": "map"},
+               "mc_dropout": {"engine": "mc_dropout", "epochs": 2, "batch_size": 4, "passes": 3}}
+    model = tiny_lm()
+    model["trainable"]["lora"]["dropout"] = 0.1
+    spec = {**continuation_spec(tmp_path, methods=methods, temperatures=[0.5, 1.0], model=model),
             "execution": {"cache_dir": str(tmp_path / "cache")}}
     tracker = InMemoryTracker(tmp_path / "artifacts")
     result = bayesflow.run(bayesflow.load(write_spec(tmp_path, spec)), tracker=tracker)
     assert result.exit_code == 0, result.outcome.errors
     frame = bayesflow.results(result.run_id, tracker=tracker)
-    for method in ("laplace", "vi", "sghmc"):  # a fit of its own at each temperature
+    for method in ("laplace", "vi", "sghmc", "kfac"):  # a fit of its own at each temperature
         assert sorted(frame.loc[frame["method"] == method, "temperature"]) == [0.5, 1.0], method
     frame = frame.set_index("method")
-    assert set(frame.index) == {"map", "laplace", "vi", "sghmc"}
+    assert set(frame.index) == {"map", "laplace", "vi", "sghmc", "kfac", "mc_dropout"}
     for metric in ("test_accuracy", "test_nll", "test_ece", "test_brier", "val_nll", "val_accuracy"):
         assert frame[metric].notna().all(), metric
     assert frame["test_accuracy"].isin([0, 0.25, 0.5, 0.75, 1]).all()  # 4 test questions
     assert (frame["test_nll"] > 0).all() and frame["test_ece"].between(0, 1).all()
+
+
+@pytest.mark.slow  # 2-4 s a family: KFAC's hooks through a transformer
+@pytest.mark.parametrize("kind", ["ggn", "fisher"])
+def test_kfac_factors_of_packed_questions_are_the_sum_of_each_question_alone(
+    tmp_path: Path, language_model: tuple[Any, tuple[str, ...]], kind: str
+) -> None:
+    """KFAC on continuation-scored questions: every real position of a packed question is a
+    row, the padding and the length columns none, so a padded batch's factors are the sums
+    of each question's unpadded; with the length columns read as tokens they are not."""
+    from bayesflow.engines.kfac import Layers, accumulate_factors
+    from bayesflow.llm.kfac import choice_kfac_layers, real_positions
+
+    model, names = language_model
+    dataset = load_data(bayesflow.load(write_spec(tmp_path, continuation_spec(tmp_path))))
+    problem = build_choice_problem(model, names, none(), 4, None, continuation=(4, int(dataset.continuation_tokens or 0)))
+    assert problem.observation.length_columns == 4  # type: ignore[union-attr]
+    layers = choice_kfac_layers(problem, 4)
+    params = random_lora(problem)
+    inputs, answers = torch.as_tensor(dataset.x_train[:4]), torch.as_tensor(dataset.y_train[:4])
+    batch = accumulate_factors(problem, layers, params, (inputs, answers), kind)
+    alone = sum(accumulate_factors(problem, layers, params, (row[row != PADDING][None], answer[None]), kind)
+                for row, answer in zip(inputs, answers))
+    assert isinstance(alone, torch.Tensor) and float(alone.abs().max()) > 0
+    torch.testing.assert_close(batch, alone, rtol=1e-4, atol=1e-6)
+    as_tokens = Layers(layers.forward, layers.layers, positions=real_positions)  # the lengths read as tokens
+    counted = accumulate_factors(problem, as_tokens, params, (inputs, answers), kind)
+    assert not torch.allclose(counted, alone, rtol=1e-3)
