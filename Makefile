@@ -43,7 +43,7 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 # Their other requirements are in the dev extra.
 LAPLACE_REF ?= laplace-torch==0.3 backpack-for-pytorch==1.7.1 asdfghjkl==0.1a4 curvlinops-for-pytorch==3.0.1
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[dev,bench,nuts,ray,llm]'
+	$(BIN)/pip install -q -e '.[dev,bench,nuts,ray,llm,lmeval]'
 	$(BIN)/pip install -q --no-deps $(LAPLACE_REF)
 	@touch $@
 

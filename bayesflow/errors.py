@@ -16,6 +16,8 @@ can catch one class. The tree::
     ├── TrackingError             the tracking store could not be read or written (exit
     │                             code 1: read-only, full or locked, see tracking/preflight.py)
     ├── UsageError                a command was called in a way that cannot work (exit code 2)
+    │   └── TaskError             an lm-eval task a posterior cannot score: unreadable, unknown,
+    │                             or generative (bayesflow.posterior.harness)
     ├── PosteriorError            a fitted posterior cannot be loaded (bayesflow.posterior)
     ├── ModelSourceError          a pretrained model cannot be fetched, checked or converted
     │                             into the model cache (exit code 1; bayesflow.llm.pull)
@@ -38,6 +40,7 @@ __all__ = [
     "RegistryError",
     "SpecError",
     "StageError",
+    "TaskError",
     "TrackingError",
     "UsageError",
 ]
@@ -144,3 +147,9 @@ class UsageError(BayesflowError):
     """A command was called in a way that cannot work (a busy port, a bad argument)."""
 
     exit_code = 2
+
+
+class TaskError(UsageError):
+    """An lm-eval task a posterior cannot score: a task YAML lm-eval cannot read (the
+    file and lm-eval's reason), a task name found nowhere, or a ``generate_until`` task
+    (bayesflow scores text, it does not generate it). Exit code 2."""

@@ -271,7 +271,7 @@ def test_plots_listing() -> None:
 def test_help_lists_every_command() -> None:
     """The top-level help names every command, the listings in their own panel."""
     output = invoke("--help").output
-    for command in ("validate", "plan", "run", "ui", "schema", *KINDS, "plots"):
+    for command in ("validate", "plan", "run", "ui", "schema", "lm-eval", *KINDS, "plots"):
         assert f" {command} " in output
     assert "Registries" in output
 

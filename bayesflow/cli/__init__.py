@@ -1,4 +1,5 @@
-"""The command line: ``bayesflow validate | plan | run | report | ui | schema`` and the
+"""The command line: ``bayesflow validate | plan | run | report | ui | schema``,
+``bayesflow lm-eval RUN --tasks T`` (a language-model posterior on lm-eval tasks) and the
 registry listings ``bayesflow engines | models | datasets | likelihoods | priors | plots``
 (``bayesflow models list | pull NAME``: pretrained models).
 
@@ -12,7 +13,7 @@ import sys
 
 # isort: off
 # Importing a command module registers its commands; this order is the order of `--help`.
-from bayesflow.cli import plan, run, store, listings, pretrained  # noqa: F401
+from bayesflow.cli import plan, run, store, harness, listings, pretrained  # noqa: F401
 # isort: on
 from bayesflow.cli.app import app
 

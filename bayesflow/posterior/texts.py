@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
     from bayesflow.posterior.fitted import FittedPosterior
 
-__all__ = ["SCORE_COLUMNS", "TEXT_COLUMN", "check_texts", "score_texts", "text_windows"]
+__all__ = ["SCORE_COLUMNS", "TEXT_COLUMN", "check_texts", "member_logits", "posterior_members", "score_texts",
+           "text_windows"]
 
 TEXT_COLUMN = "text"
 SCORE_COLUMNS = (
@@ -108,12 +109,9 @@ def score_texts(
     Raises:
         PosteriorError: not a language model's posterior, bad texts, or a text of one token.
     """
-    import torch
-
     from bayesflow.data.text import encode_documents
-    from bayesflow.evaluate.predictive import draw_samples
-    from bayesflow.posterior.fitted import EVALUATION_SEED_OFFSET
     from bayesflow.llm.dropout import stochastic_passes
+    from bayesflow.posterior.fitted import EVALUATION_SEED_OFFSET
 
     spec = posterior.spec
     if not family_of(spec).scores_texts:
@@ -126,12 +124,29 @@ def score_texts(
                 f"{TEXT_COLUMN} row {row}: {values[row]!r} is {ids.shape[0]} token; scoring needs at "
                 "least 2 (the first token is context only)"
             )
-    problem, _, _ = posterior._build()  # the run's problem on the process's frozen model
+    problem, members = posterior_members(posterior, n_samples, seed)
+    seed = EVALUATION_SEED_OFFSET + (posterior.seed or 0) if seed is None else seed
+    with stochastic_passes(posterior.engine, problem.module, int(seed)):  # MC dropout's passes
+        return _scores(problem, members, encoded, spec.data.length, spec.data.step)
+
+
+def posterior_members(
+    posterior: FittedPosterior, n_samples: int | None = None, seed: int | None = None
+) -> tuple[Any, Tensor]:
+    """The run's problem (on the process's frozen model) and the members (k, d) a
+    language model's posterior predicts with: ``n_samples`` draws (default the spec's
+    ``evaluate.n_samples``; a point estimate gives its one vector), seeded by ``seed``
+    (None: the evaluate stage's draw), on the problem's device."""
+    import torch
+
+    from bayesflow.evaluate.predictive import draw_samples
+    from bayesflow.posterior.fitted import EVALUATION_SEED_OFFSET
+
+    problem, _, _ = posterior._build()
     seed = EVALUATION_SEED_OFFSET + (posterior.seed or 0) if seed is None else seed
     generator = torch.Generator(device=problem.device).manual_seed(int(seed))
-    members = draw_samples(posterior.posterior, int(n_samples or spec.evaluate.n_samples), generator)
-    with stochastic_passes(posterior.engine, problem.module, int(seed)):  # MC dropout's passes
-        return _scores(problem, members.to(problem.device), encoded, spec.data.length, spec.data.step)
+    members = draw_samples(posterior.posterior, int(n_samples or posterior.spec.evaluate.n_samples), generator)
+    return problem, members.to(problem.device)
 
 
 def _scores(problem: Any, members: Tensor, encoded: Sequence[np.ndarray], length: int, stride: int) -> dict[str, np.ndarray]:
@@ -181,7 +196,15 @@ def _scores(problem: Any, members: Tensor, encoded: Sequence[np.ndarray], length
 
 def _probabilities(logits_of: Any, parts: Sequence[Tensor], inputs: Tensor, where: Tensor) -> Iterator[Tensor]:
     """Each chunk of members' next-token probabilities (k, tokens, V) at the positions
-    ``where`` (2, tokens) of the windows ``inputs`` (every position's logits are formed)."""
+    ``where`` (2, tokens) of the windows ``inputs``."""
+    for logits in member_logits(logits_of, parts, inputs, where):
+        yield logits.softmax(-1)
+
+
+def member_logits(logits_of: Any, parts: Sequence[Tensor], inputs: Tensor, where: Tensor) -> Iterator[Tensor]:
+    """Each chunk of members' float32 next-token logits (k, tokens, V) at the positions
+    ``where`` (2, tokens) of the right-padded windows ``inputs`` (n, L): one ``vmap`` of the
+    problem's ``logits`` over a chunk's members (every position's logits are formed)."""
     import torch
     from torch.func import vmap
 
@@ -189,4 +212,4 @@ def _probabilities(logits_of: Any, parts: Sequence[Tensor], inputs: Tensor, wher
     for part in parts:
         with torch.no_grad():
             logits = vmap(lambda params: logits_of(params, inputs, width), randomness="different")(part)
-        yield logits[:, where[0], where[1]].softmax(-1)
+        yield logits[:, where[0], where[1]]
