@@ -176,7 +176,7 @@ class PosteriorLM(TemplateLM):  # type: ignore[misc]  # lm-eval is untyped
     def _loglikelihood_tokens(self, requests: list[Any], disable_tqdm: bool = False, **kwargs: Any) -> list[tuple[float, bool]]:
         """Score ``((context, continuation), context ids, continuation ids)`` requests: the
         window is the last ``max_length`` + 1 tokens of both (lm-eval's left truncation)."""
-        from bayesflow.posterior.continuations import continuation_scores, mean_log_probability
+        from bayesflow.posterior.continuations import mean_log_probability
 
         pieces = [self._piece(list(context), list(continuation)) for _, context, continuation in requests]
         scores = self._scores(pieces)
@@ -190,7 +190,7 @@ class PosteriorLM(TemplateLM):  # type: ignore[misc]  # lm-eval is untyped
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         """log p̄(text): each member's log-probability of the whole text (its rolling
         windows summed), mixed over the members as in ``loglikelihood``."""
-        from bayesflow.posterior.continuations import continuation_scores, mean_log_probability
+        from bayesflow.posterior.continuations import mean_log_probability
 
         pieces, owners = [], []
         for row, request in enumerate(requests):
