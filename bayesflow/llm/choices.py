@@ -38,7 +38,7 @@ from torch.func import functional_call
 from bayesflow.engines.base import Problem
 from bayesflow.llm.likelihood import MultipleChoice
 from bayesflow.llm.problem import build_lm_problem, trainable_values
-from bayesflow.llm.trunk import kept_budget, largest, split_trunk
+from bayesflow.llm.trunk import kept_budget, largest, split_trunk, trimmed
 from bayesflow.priors import Prior
 
 __all__ = ["Scored", "answer_logits", "build_choice_problem", "continuation_scores", "packed_arguments",
@@ -101,45 +101,44 @@ def packed_arguments(rows: Tensor, count: int, dtype: torch.dtype) -> dict[str, 
 class Scored:
     """Where a batch of packed questions is scored (:func:`scored_positions`)."""
 
-    sources: Tensor  # (..., M) the positions whose next-token logits are needed
+    sources: Tensor  # (P,) the flat (question × position) indices whose next-token logits are needed
     slots: Tensor  # (..., S) for each continuation token, its source among ``sources``
     tokens: Tensor  # (..., S) the continuation tokens
     choices: Tensor  # (..., S) each token's choice, -1 past the question's continuations
 
 
 def scored_positions(rows: Tensor, count: int, longest: int, sources: int) -> Scored:
-    """The positions of packed questions whose next-token logits score their continuations:
-    the prompt's last (it predicts every continuation's first token) and every
-    continuation token but each continuation's last, ``sources`` of them a row (M, the
-    batch's most; a row with fewer repeats a position, never read); the ``longest`` (S,
-    the batch's most) continuation tokens each with its source, token and choice."""
+    """The positions of packed questions (n, L + C) whose next-token logits score their
+    continuations: each prompt's last (it predicts every continuation's first token) and
+    every continuation token but each continuation's last, ``sources`` (P) of them over the
+    whole batch, as flat indices into its n × L positions (a batch that needs fewer repeats
+    one, never read); and the ``longest`` (S, the batch's most) continuation tokens of each
+    question with their source's index among the P, their token and their choice."""
     ids, lengths = rows[..., :-count], rows[..., -count:]
     width = ids.shape[-1]
     total = lengths.sum(-1, keepdim=True)
     ends = lengths.cumsum(-1)
     candidates = torch.arange(-1, longest, device=rows.device).expand(*total.shape[:-1], longest + 1)
     is_end = (candidates.unsqueeze(-1) == (ends - 1).unsqueeze(-2)).any(-1)
-    wanted = (candidates == -1) | ((candidates < total) & ~is_end)
-    order = torch.argsort((~wanted).long(), dim=-1, stable=True)[..., :sources]
-    kept = candidates.gather(-1, order)
-    positions = (width - total + kept).clamp(0, width - 1)
+    wanted = ((candidates == -1) | ((candidates < total) & ~is_end)).flatten()
+    question = torch.arange(ids.shape[0], device=rows.device).unsqueeze(-1)
+    flat = (question * width + (width - total + candidates).clamp(0, width - 1)).flatten()
+    order = torch.argsort((~wanted).long(), stable=True)[:sources]
+    rank = (wanted.long().cumsum(0) - 1).reshape(candidates.shape)  # a wanted candidate's place among them
     target = candidates[..., 1:]  # 0 … S − 1
-    inside = target < total
     choice = (target.unsqueeze(-1) >= ends.unsqueeze(-2)).sum(-1).clamp(max=count - 1)
     first = target == (ends - lengths).gather(-1, choice)
-    source = torch.where(first, torch.full_like(target, -1), target - 1)
-    removed = ((ends - 1).unsqueeze(-2) < source.unsqueeze(-1)).sum(-1)
-    slots = torch.where(source < 0, torch.zeros_like(source), 1 + source - removed).clamp(max=sources - 1)
+    source = torch.where(first, torch.full_like(target, -1), target - 1)  # its candidate is source + 1
+    slots = rank.gather(-1, source + 1).clamp(0, sources - 1)
     tokens = ids.gather(-1, (width - total + target).clamp(0, width - 1)).clamp(min=0)
-    return Scored(positions, slots, tokens, torch.where(inside, choice, torch.full_like(choice, -1)))
+    return Scored(flat[order], slots, tokens, torch.where(target < total, choice, torch.full_like(choice, -1)))
 
 
 def continuation_scores(logits: Tensor, scored: Scored, count: int) -> Tensor:
-    """(..., C) each continuation's summed log-probability, from the (..., M, V) logits at
+    """(n, C) each continuation's summed log-probability, from the (P, V) logits at
     ``scored.sources``."""
-    vocabulary = logits.shape[-1]
-    log_probs = torch.log_softmax(logits, dim=-1).flatten(-2)
-    per_token = log_probs.gather(-1, scored.slots * vocabulary + scored.tokens)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    per_token = log_probs[scored.slots, scored.tokens]
     owner = scored.choices.unsqueeze(-1) == torch.arange(count, device=logits.device)
     return (per_token.unsqueeze(-1) * owner).sum(-2)
 
@@ -207,6 +206,7 @@ def build_choice_problem(
 
     def forward(params: Tensor, inputs: Tensor) -> Tensor:
         swapped = swapped_of(params)
+        inputs = trimmed(inputs)  # the padding every prompt of the batch has, gone
         if trunk is not None:
             last = trunk.logits(model, swapped, inputs.long(), 1, arguments=arguments)[..., -1, :]
             return last.float()[..., label_ids]
@@ -215,18 +215,20 @@ def build_choice_problem(
     def forward_continuations(params: Tensor, inputs: Tensor) -> Tensor:
         assert continuation is not None
         count, most = continuation
-        rows = inputs.long()
+        rows = trimmed(inputs.long(), count)
         totals = rows[..., -count:].sum(-1)
-        # The batch's own sizes (not the data's): the output layer is half the cost.
+        # The batch's own sizes (not the data's): the output layer, at 49k words, is the
+        # cost, so it runs only where a continuation token is predicted.
         longest = min(most, largest(totals) or most)
-        scored = scored_positions(rows, count, longest, min(longest + 1, largest(totals - count + 1) or longest + 1))
+        needed = largest((totals - count + 1).sum(-1, keepdim=True)) or rows.shape[0] * (longest + 1)
+        scored = scored_positions(rows, count, longest, needed)
         swapped = swapped_of(params)
         if trunk is not None:
             logits = trunk.logits(model, swapped, rows, 0, at=scored.sources, arguments=packed).float()
         else:
             options = {**packed(rows), "use_cache": False}
             every = functional_call(model, swapped, (), options, strict=False).logits.float()
-            logits = every.gather(-2, scored.sources.unsqueeze(-1).expand(*scored.sources.shape, every.shape[-1]))
+            logits = every.flatten(0, 1)[scored.sources]
         return continuation_scores(logits, scored, count)
 
     return replace(

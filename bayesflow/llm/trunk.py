@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch._C._functorch import (
@@ -53,6 +54,8 @@ Arguments = Callable[[Tensor], dict[str, Tensor]]
 
 # peft's LoRA wrapper keeps the causal language model here (its parameter names start so).
 PEFT_PREFIX = "base_model.model."
+# The token id of left padding in a prompt (bayesflow.data.multiple_choice.PADDING).
+PADDING = -1
 # The share of the memory budget a trunk may fill with kept hidden states (the rest is
 # for the forward passes, the chains and the data).
 KEPT_SHARE = 0.25
@@ -118,8 +121,8 @@ class _Head(nn.Module):
         hidden = trunk.norm(hidden)
         if keep > 0:  # transformers' logits_to_keep: 0 keeps every position
             hidden = hidden[..., -keep:, :]
-        if isinstance(at, Tensor):  # (..., M) positions of each window: only those reach the output layer
-            hidden = hidden.gather(-2, at.unsqueeze(-1).expand(*at.shape, hidden.shape[-1]))
+        if isinstance(at, Tensor):  # flat (window × position) indices: only those reach the output layer
+            hidden = hidden.flatten(0, 1)[at]
         elif at is not None:  # only these (window, position) pairs reach the output layer
             hidden = hidden[at[0], at[1]]
         return trunk.head(hidden)  # type: ignore[no-any-return]
@@ -219,8 +222,17 @@ class Trunk:
 
     def _hidden(self, inputs: Tensor, target: nn.Module, arguments: Arguments | None = None) -> Tensor:
         """The hidden states entering ``target`` for the plain windows ``inputs`` (n, L):
-        kept rows read back, the others computed (and kept while there is room)."""
-        keys = [row.tobytes() for row in inputs.detach().cpu().numpy()]
+        kept rows read back, the others computed (and kept while there is room).
+
+        Left-padded prompts (``arguments`` given; padding ``-1``) are kept by their tokens
+        without the padding, and computed without it, prompts of one length together: the
+        padding is masked from every real position, so a prompt's hidden states do not
+        depend on it, and a batch cut to its longest prompt (:func:`trimmed`) reads the
+        same kept rows. Padded positions read back as zeros (masked: nothing reads them)."""
+        plain = inputs.detach().cpu().numpy()
+        padded = arguments is not None
+        starts = [int(np.argmax(row != PADDING)) if padded else 0 for row in plain]
+        keys = [row[start:].tobytes() for row, start in zip(plain, starts)]
         first: dict[bytes, int] = {}
         for index, key in enumerate(keys):
             if key not in self._rows:
@@ -228,16 +240,27 @@ class Trunk:
         if len(first) == len(keys) and not self._room(len(keys), inputs):
             self.computed += len(keys)  # nothing kept and no room: the plain trunk
             return _record(self.root, inputs, target, arguments).hidden()
+        positions = int(arguments(inputs[:1])["input_ids"].shape[-1]) if arguments is not None else inputs.shape[-1]
         fresh: dict[bytes, Tensor] = {}
-        if first:
-            hidden = _record(self.root, inputs[list(first.values())], target, arguments).hidden()
-            self.computed += len(first)
-            for row, key in enumerate(first):
+        by_length: dict[int, list[bytes]] = {}
+        for key, index in first.items():
+            by_length.setdefault(inputs.shape[-1] - starts[index], []).append(key)
+        for length, group in by_length.items():
+            rows = torch.stack([inputs[first[key], inputs.shape[-1] - length:] for key in group])
+            hidden = _record(self.root, rows, target, arguments).hidden()
+            self.computed += len(group)
+            for row, key in enumerate(group):
                 fresh[key] = hidden[row]
                 if self._room(1, inputs):
                     self._rows[key] = hidden[row].clone()
                     self.kept.bytes += hidden[row].numel() * hidden.element_size()
-        return torch.stack([self._rows[key] if key in self._rows else fresh[key] for key in keys])
+        found = [self._rows[key] if key in self._rows else fresh[key] for key in keys]
+        if all(len(row) == positions for row in found):
+            return torch.stack(found)
+        out = found[0].new_zeros(len(found), positions, found[0].shape[-1])
+        for row, value in enumerate(found):
+            out[row, positions - len(value):] = value
+        return out
 
     def _room(self, windows: int, inputs: Tensor) -> bool:
         """Whether ``windows`` more windows of ``inputs``' length fit the budget."""
@@ -249,7 +272,7 @@ class Trunk:
     def logits(self, model: nn.Module, swapped: dict[str, Tensor], inputs: Tensor, keep: int,
                at: tuple[Tensor, Tensor] | Tensor | None = None, arguments: Arguments | None = None) -> Tensor:
         """The logits of the last ``keep`` positions (with ``at``, (windows, positions)
-        index tensors into them, or each window's (..., M) positions: only those), the
+        index tensors into them, or flat indices into their windows × positions: only those), the
         trainable tensors ``swapped`` (by their
         names in ``model``) into the head; ``arguments`` as for :meth:`entered`."""
         if self._module is None:
@@ -317,6 +340,16 @@ def largest(values: Tensor) -> int | None:
         values = get_unwrapped(values)
     with torch._C._DisableFuncTorch():  # a plain tensor, outside every transform
         return int(values.max()) if values.numel() else None
+
+
+def trimmed(inputs: Tensor, trailing: int = 0) -> Tensor:
+    """Left-padded prompts (..., L + ``trailing``; padding ``-1``, then ``trailing`` columns
+    that are not tokens) without the padding columns every prompt of the batch has: cut to
+    the batch's longest prompt (under a compiler's trace: as they are)."""
+    tokens = inputs[..., : inputs.shape[-1] - trailing] if trailing else inputs
+    longest = largest((tokens != PADDING).sum(-1))
+    width = tokens.shape[-1]
+    return inputs if longest is None or longest >= width else inputs[..., width - longest :]
 
 
 def _element_size(module: nn.Module) -> int:

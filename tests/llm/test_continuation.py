@@ -259,3 +259,30 @@ def test_kfac_factors_of_packed_questions_are_the_sum_of_each_question_alone(
     as_tokens = Layers(layers.forward, layers.layers, positions=real_positions)  # the lengths read as tokens
     counted = accumulate_factors(problem, as_tokens, params, (inputs, answers), kind)
     assert not torch.allclose(counted, alone, rtol=1e-3)
+
+
+def test_the_trunk_keeps_each_prompt_without_its_padding(
+    tmp_path: Path, language_model: tuple[Any, tuple[str, ...]]
+) -> None:
+    """The same questions padded wider read the rows kept the first time (the trunk runs no
+    more) and give the same logits; the batch is cut to its longest prompt."""
+    import inspect
+
+    from bayesflow.llm.trunk import forget_kept, trimmed
+
+    forget_kept()
+    model, names = language_model
+    dataset = load_data(bayesflow.load(write_spec(tmp_path, continuation_spec(tmp_path))))
+    problem = build_choice_problem(model, names, none(), 4, None, continuation=(4, int(dataset.continuation_tokens or 0)))
+    trunk = inspect.getclosurevars(problem.forward).nonlocals["trunk"]
+    params = random_lora(problem)
+    inputs = torch.as_tensor(dataset.x_train[:4])
+    wider = torch.cat([torch.full((4, 5), PADDING), inputs], dim=1)
+    assert torch.equal(trimmed(wider, 4), trimmed(inputs, 4))
+    assert trimmed(inputs, 4).shape[1] == int((inputs[:, :-4] != PADDING).sum(-1).max()) + 4
+    with torch.no_grad():
+        first = problem.forward(params, inputs)
+        computed = trunk.computed
+        again = problem.forward(params, wider)
+    assert computed == 4 and trunk.computed == computed
+    torch.testing.assert_close(again, first, rtol=0, atol=0)  # the same rows, the same computation
