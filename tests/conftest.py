@@ -72,6 +72,7 @@ BYTE_CHECKPOINT: dict[str, dict[str, object]] = {
         "model.trainable.parameters": ["model.layers.3.*"],
         "data.length": 64, "data.stride": 64, "data.scored": 32,
     },
+    "bayesian_lora": {"model.path": "package:lm/checkpoint"},
     "continual_lora": {
         "model.path": "package:lm/checkpoint", "data.tokenizer": "bytes",
         "data.length": 128, "data.stride": 128, "data.scored": 64,

@@ -106,7 +106,7 @@ class LaplaceBase(MethodBase):
         256, description="Minibatch size of the curvature pass; null for full batch."
     )
     prediction: Prediction = Field("sampled", description=PREDICTION_DESCRIPTION)
-    prior_variance: Literal["spec", "auto", "auto_per_tensor"] = Field(
+    prior_variance: Literal["spec", "auto", "auto_per_tensor", "validation"] = Field(
         "spec",
         description="The prior of the Laplace posterior: `spec`, the spec's `prior` (the one "
         "the `from` mode was found under); `auto`, one variance for every parameter chosen at "
@@ -114,7 +114,12 @@ class LaplaceBase(MethodBase):
         "post-hoc `optimize_prior_precision(method='marglik')`; the mode is not refitted), "
         "logged as `prior_variance_chosen`; `auto_per_tensor`, one variance per parameter "
         "tensor (laplace-torch's `prior_structure='layerwise'`), logged as "
-        "`prior_variance_chosen/<tensor>`. Needs a normal prior (diag_normal or he_normal).",
+        "`prior_variance_chosen/<tensor>`; `validation`, one variance from a grid (precisions "
+        "10^-4 to 10^4, 17 a decade apart in halves) whose predictive (`evaluate.n_samples` members, one seeded draw) has "
+        "the lowest NLL on the validation rows (Laplace-LoRA's `val` option, laplace-torch's "
+        "`optimize_prior_precision(method='gridsearch')`), logged as `prior_variance_chosen` "
+        "and `val_nll_prior_chosen`; needs validation data. Needs a normal prior (diag_normal "
+        "or he_normal).",
     )
     noise_sd: Literal["spec", "auto"] = Field(
         "spec",

@@ -108,10 +108,12 @@ def _evidence_problems(
     likelihood: dict[str, Any] = data["likelihood"] if isinstance(data.get("likelihood"), dict) else {}
     prior_name = prior.get("name", "diag_normal")
     chosen = method.get("prior_variance") in ("auto", "auto_per_tensor")
-    if chosen and isinstance(prior_name, str) and prior_name not in EVIDENCE_PRIORS:
+    if method.get("prior_variance") in ("auto", "auto_per_tensor", "validation") and isinstance(prior_name, str) \
+            and prior_name not in EVIDENCE_PRIORS:
+        how = ("chooses a normal prior's variance by the validation NLL" if method.get("prior_variance") == "validation"
+               else "maximises the Laplace evidence over a normal prior's variance")
         problems.append((("methods", name, "prior_variance"), (
-            f"`{method.get('prior_variance')}` maximises the Laplace evidence over a normal "
-            f"prior's variance, but `prior.name` is {prior_name!r}; use prior "
+            f"`{method.get('prior_variance')}` {how}, but `prior.name` is {prior_name!r}; use prior "
             f"{' or '.join(sorted(EVIDENCE_PRIORS))}, or `prior_variance: spec`")))
     if method.get("noise_sd") == "auto":
         if likelihood.get("name") != "gaussian":

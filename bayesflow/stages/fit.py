@@ -203,6 +203,8 @@ def laplace_evidence(
         return builder(problem, tempering, config).posterior(state), {}
     setting = getattr(config, "prior_variance", "spec")
     noise = context.spec.likelihood.noise_sd if getattr(config, "noise_sd", "spec") == "auto" else None
+    if setting == "validation":
+        problem, chosen_by_validation = validation_prior(context, stage, problem, tempering, state)
     try:
         chosen, state, evidence = choose_prior(
             problem, state, fitted, curvature_name=method_of(config).traits.curvature or "",
@@ -211,7 +213,68 @@ def laplace_evidence(
         )
     except StageError as exc:
         raise StageError(f"{describe_cell(stage)}: {exc}") from exc
+    if setting == "validation":
+        evidence.update(chosen_by_validation)
     return builder(chosen, tempering, config).posterior(state), evidence
+
+
+# Prior precisions `prior_variance: validation` tries: 10^-4 ... 10^4, half a decade apart.
+VALIDATION_PRECISIONS = tuple(10.0 ** (exponent / 2) for exponent in range(-8, 9))
+# Added to the cell's seed for the one draw of members every candidate prior shares.
+VALIDATION_PRIOR_SEED = 104_729
+
+
+def validation_prior(
+    context: WorkflowContext, stage: Stage, problem: Any, tempering: Any, state: Any
+) -> tuple[Any, dict[str, float]]:
+    """``prior_variance: validation``: the problem with the one prior variance (from
+    :data:`VALIDATION_PRECISIONS`) whose Laplace posterior predicts the validation rows
+    best (NLL of the mean predictive of ``evaluate.n_samples`` members, one seeded draw
+    shared by every candidate, through the method's ``prediction``), and the metrics
+    ``prior_variance_chosen`` and ``val_nll_prior_chosen``. The mode stays the one found
+    under the spec's prior (Laplace-LoRA's ``val`` option: a post-hoc grid search).
+
+    Raises:
+        StageError: the data hold no validation rows.
+    """
+    import math
+    from dataclasses import replace
+
+    import torch
+
+    from bayesflow.engines.evidence import LOG_2PI
+    from bayesflow.evaluate.predictive import posterior_outputs
+    from bayesflow.priors import BoundPrior
+
+    dataset = context.dataset
+    if dataset.x_validation is None or dataset.y_validation is None:
+        raise StageError(
+            f"{describe_cell(stage)}: prior_variance: validation chooses the prior by the validation NLL, but "
+            "the data hold no validation rows; set data.validation_fraction (or give validation rows), or use "
+            "prior_variance: auto (the evidence)")
+    config = context.method(stage)
+    builder = method_of(config).builder()
+    x, y = context.tensors(dataset.x_validation, dataset.y_validation, problem.device)
+    samples = int(context.spec.evaluate.n_samples)
+    best: tuple[float, float, Any] | None = None
+    for precision in VALIDATION_PRECISIONS:
+        values = torch.full_like(problem.prior_precision, precision)
+        prior = BoundPrior("normal", 1 / values, values, float(0.5 * problem.dimension * (math.log(precision) - LOG_2PI)))
+        candidate = replace(problem, prior_precision=prior.precision, log_prior=prior.log_prob)
+        posterior = builder(candidate, tempering, config).posterior(state)
+        generator = context.generator(problem.device, VALIDATION_PRIOR_SEED + (stage.seed or 0))
+        with torch.no_grad():
+            outputs = posterior_outputs(candidate, posterior, x, samples, generator,
+                                        getattr(config, "prediction", "sampled"))
+            log_probs = torch.stack([candidate.log_likelihood(member, y) for member in outputs])
+            nll = float(-(torch.logsumexp(log_probs, 0) - math.log(len(outputs))).mean())
+        if math.isfinite(nll) and (best is None or nll < best[0]):
+            best = (nll, precision, candidate)
+    if best is None:
+        raise StageError(f"{describe_cell(stage)}: prior_variance: validation: no prior of the grid gave a finite "
+                         "validation NLL; check the fit's outputs, or use prior_variance: auto")
+    nll, precision, chosen = best
+    return chosen, {"prior_variance_chosen": 1.0 / precision, "val_nll_prior_chosen": nll}
 
 
 def _group_cell(stage: Stage, group: FitGroupArtefact, staging: Path) -> FitArtefact:

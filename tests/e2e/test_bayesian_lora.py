@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 import bayesflow
+from tests.conftest import byte_checkpoint_overrides
+from tests.e2e.test_workflows import bayesflow as cli
+from tests.e2e.test_workflows import fits, report_html, succeeded, workflow
 from tests.llm.spec_helpers import write_spec
 from tests.llm.test_choice_shift import shifted_spec
 
@@ -37,3 +40,27 @@ def test_a_tiny_multiple_choice_run_renders_the_bayesian_lora_report(tmp_path: P
                     "The cold-posterior curve"):
         assert heading in text, heading
     assert "AUROC of EU" in text and "shared" in text and "Traceback" not in text
+
+
+BUNDLED_METHODS = ("base", "map", "deep_ensemble", "laplace", "mc_dropout", "ivon", "swag")
+# The bundled workflow on the shipped byte-level checkpoint (its folder tokenizer), one seed,
+# 40 questions of each file, one epoch each.
+SMALL = [*byte_checkpoint_overrides("bayesian_lora"), "seeds=[0]", "data.max_questions=40",
+         "methods.deep_ensemble.members=2", "methods.swag.epochs=2", "methods.swag.burn_in=0", "evaluate.n_samples=2",
+         *(f"methods.{name}.epochs=1" for name in ("map", "deep_ensemble", "mc_dropout", "ivon"))]
+
+
+def test_the_bundled_workflow_runs_through_the_cli_and_renders_its_report(tmp_path: Path) -> None:
+    """`bayesflow run bayesian_lora`, reduced, on the byte checkpoint: every method and
+    temperature logs the test and shift metrics; the report renders Table 1."""
+    succeeded(cli(tmp_path, "run", workflow("bayesian_lora"), *SMALL))
+    runs = fits(tmp_path, "bayesian_lora")
+    assert {run.data.params["method"] for run in runs} == set(BUNDLED_METHODS)
+    assert len(runs) == 4 + 2 * 3  # base, map, the ensemble and MC dropout once; the rest at T = 1 and 0.1
+    for run in runs:
+        metrics = run.data.metrics
+        for name in ("test_accuracy", "test_ece", "shift_accuracy_other_subjects", "shift_ece_other_subjects"):
+            assert 0 <= metrics[name] <= 1, (run.data.params["method"], name)
+        assert metrics["test_nll"] > 0 and metrics["shift_nll_other_subjects"] > 0
+    html = report_html(tmp_path, "bayesian_lora")
+    assert "Traceback" not in html and html.count("data:image/png;base64") >= 2

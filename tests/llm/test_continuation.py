@@ -19,6 +19,7 @@ from bayesflow.llm import build_causal_lm
 from bayesflow.llm.choices import build_choice_problem
 from bayesflow.priors import none
 from bayesflow.spec.choice import CONTINUATION_TEMPLATE, MultipleChoiceSpec
+from bayesflow.stages.fit import VALIDATION_PRECISIONS
 from bayesflow.tracking import InMemoryTracker
 from bayesflow.variants import load_data
 from tests.llm.conftest import tiny
@@ -205,7 +206,8 @@ def test_a_prompt_and_choice_longer_than_the_context_is_named(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_the_adapters_posteriors_on_continuations_log_the_classifier_metrics(tmp_path: Path) -> None:
-    """MAP, a diagonal and a KFAC Laplace from it, mean-field VI on the adapters (BLoB's
+    """MAP, a diagonal and a KFAC Laplace from it (the KFAC prior chosen by the evidence and
+    by the validation NLL), mean-field VI on the adapters (BLoB's
     family), parallel SGHMC and MC dropout on continuation-scored questions, at two
     temperatures: every fit logs test and validation accuracy, NLL, ECE and Brier."""
     methods = {"map": {"engine": "map", "optimizer": {"name": "adamw", "lr": 0.01}, "epochs": 2, "batch_size": 4},
@@ -214,6 +216,7 @@ def test_the_adapters_posteriors_on_continuations_log_the_classifier_metrics(tmp
                "sghmc": {"engine": "sghmc", "lr": 0.01, "alpha": 3.0, "epochs": 2, "batch_size": 4, "chains": 2,
                          "keep": "last"},
                "kfac": {"engine": "laplace_kfac_ggn", "from": "map"},
+               "kfac_val": {"engine": "laplace_kfac_ggn", "from": "map", "prior_variance": "validation"},
                "mc_dropout": {"engine": "mc_dropout", "epochs": 2, "batch_size": 4, "passes": 3}}
     model = tiny_lm()
     model["trainable"]["lora"]["dropout"] = 0.1
@@ -223,10 +226,15 @@ def test_the_adapters_posteriors_on_continuations_log_the_classifier_metrics(tmp
     result = bayesflow.run(bayesflow.load(write_spec(tmp_path, spec)), tracker=tracker)
     assert result.exit_code == 0, result.outcome.errors
     frame = bayesflow.results(result.run_id, tracker=tracker)
-    for method in ("laplace", "vi", "sghmc", "kfac"):  # a fit of its own at each temperature
+    for method in ("laplace", "vi", "sghmc", "kfac", "kfac_val"):  # a fit of its own at each temperature
         assert sorted(frame.loc[frame["method"] == method, "temperature"]) == [0.5, 1.0], method
     frame = frame.set_index("method")
-    assert set(frame.index) == {"map", "laplace", "vi", "sghmc", "kfac", "mc_dropout"}
+    assert set(frame.index) == {"map", "laplace", "vi", "sghmc", "kfac", "kfac_val", "mc_dropout"}
+    # Laplace-LoRA's `val` option: a variance of the grid, its validation NLL logged.
+    chosen = frame.loc["kfac_val", "prior_variance_chosen"]
+    assert all(any(abs(1 / value - precision) < 1e-9 * precision for precision in VALIDATION_PRECISIONS)
+               for value in chosen)
+    assert frame.loc["kfac_val", "val_nll_prior_chosen"].between(0, 50).all()
     for metric in ("test_accuracy", "test_nll", "test_ece", "test_brier", "val_nll", "val_accuracy"):
         assert frame[metric].notna().all(), metric
     assert frame["test_accuracy"].isin([0, 0.25, 0.5, 0.75, 1]).all()  # 4 test questions
@@ -286,3 +294,17 @@ def test_the_trunk_keeps_each_prompt_without_its_padding(
         again = problem.forward(params, wider)
     assert computed == 4 and trunk.computed == computed
     torch.testing.assert_close(again, first, rtol=0, atol=0)  # the same rows, the same computation
+
+
+@pytest.mark.slow
+def test_a_prior_chosen_on_validation_rows_needs_them(tmp_path: Path) -> None:
+    """`prior_variance: validation` without validation questions: the fit fails naming the
+    fix, and nothing is logged as finished."""
+    methods = {"map": {"engine": "map", "optimizer": {"name": "adamw", "lr": 0.01}, "epochs": 1, "batch_size": 4},
+               "kfac_val": {"engine": "laplace_kfac_ggn", "from": "map", "prior_variance": "validation"}}
+    data = {**DATA, "validation_fraction": None}
+    spec = {**continuation_spec(tmp_path, methods=methods, data=data),
+            "execution": {"cache_dir": str(tmp_path / "cache")}}
+    result = bayesflow.run(bayesflow.load(write_spec(tmp_path, spec)), tracker=InMemoryTracker(tmp_path / "a"))
+    assert result.exit_code != 0
+    assert "the data hold no validation rows; set data.validation_fraction" in str(result.outcome.errors)
