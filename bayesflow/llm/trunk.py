@@ -30,8 +30,8 @@ embeddings or layer 0, or an architecture not in :data:`LAYOUTS`, gets no trunk
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
