@@ -29,16 +29,18 @@ chain and per-question curvature reads them back.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
+from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.func import functional_call
 
 from bayesflow.engines.base import Problem
 from bayesflow.llm.likelihood import MultipleChoice
 from bayesflow.llm.problem import build_lm_problem, trainable_values
-from bayesflow.llm.trunk import kept_budget, largest, split_trunk, trimmed
+from bayesflow.llm.trunk import PADDING, kept_budget, largest, split_trunk, trimmed
 from bayesflow.priors import Prior
 
 __all__ = ["Scored", "answer_logits", "build_choice_problem", "continuation_scores", "packed_arguments",
@@ -143,6 +145,27 @@ def continuation_scores(logits: Tensor, scored: Scored, count: int) -> Tensor:
     return (per_token.unsqueeze(-1) * owner).sum(-2)
 
 
+# Prompts per forward call when a large batch (an evaluation's, a curvature's) is run in
+# order of length: each call is cut to its own longest prompt.
+LENGTH_GROUP = 16
+
+
+def in_length_order(forward: Callable[[Tensor, Tensor], Tensor], params: Tensor, inputs: Tensor,
+                    trailing: int = 0) -> Tensor:
+    """``forward(params, inputs)`` for a batch of left-padded prompts (``trailing`` columns
+    that are not tokens end each row) run :data:`LENGTH_GROUP` prompts at a time in order
+    of length, each group cut to its longest (:func:`~bayesflow.llm.trunk.trimmed`), the
+    outputs put back in the batch's order: an evaluation of hundreds of questions pays for
+    each question's tokens, not the longest question's. A batch of at most one group, or
+    one batched per chain under ``vmap`` (each chain's own rows), runs as it is."""
+    if inputs.shape[0] <= LENGTH_GROUP or is_functorch_wrapped_tensor(inputs) or torch.compiler.is_compiling():
+        return forward(params, inputs)
+    tokens = inputs[:, : inputs.shape[-1] - trailing] if trailing else inputs
+    order = torch.argsort((tokens != PADDING).sum(-1), stable=True)
+    outputs = torch.cat([forward(params, inputs[rows]) for rows in order.split(LENGTH_GROUP)], dim=-2)
+    return outputs[..., torch.argsort(order), :]
+
+
 def build_choice_problem(
     model: nn.Module,
     names: tuple[str, ...],
@@ -231,8 +254,14 @@ def build_choice_problem(
             logits = every.flatten(0, 1)[scored.sources]
         return continuation_scores(logits, scored, count)
 
+    one = forward if continuation is None else forward_continuations
+    trailing = 0 if continuation is None else continuation[0]
+
+    def by_length(params: Tensor, inputs: Tensor) -> Tensor:
+        return in_length_order(one, params, inputs, trailing)
+
     return replace(
-        base, forward=forward if continuation is None else forward_continuations, log_likelihood=likelihood.log_prob, output_hessian=likelihood.output_hessian,
+        base, forward=by_length, log_likelihood=likelihood.log_prob, output_hessian=likelihood.output_hessian,
         likelihood=likelihood.name, observation=likelihood, without_last=None,
     )
 

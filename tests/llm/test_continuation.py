@@ -282,7 +282,8 @@ def test_the_trunk_keeps_each_prompt_without_its_padding(
     model, names = language_model
     dataset = load_data(bayesflow.load(write_spec(tmp_path, continuation_spec(tmp_path))))
     problem = build_choice_problem(model, names, none(), 4, None, continuation=(4, int(dataset.continuation_tokens or 0)))
-    trunk = inspect.getclosurevars(problem.forward).nonlocals["trunk"]
+    one = inspect.getclosurevars(problem.forward).nonlocals["one"]  # the forward of one length group
+    trunk = inspect.getclosurevars(one).nonlocals["trunk"]
     params = random_lora(problem)
     inputs = torch.as_tensor(dataset.x_train[:4])
     wider = torch.cat([torch.full((4, 5), PADDING), inputs], dim=1)
@@ -308,3 +309,30 @@ def test_a_prior_chosen_on_validation_rows_needs_them(tmp_path: Path) -> None:
     result = bayesflow.run(bayesflow.load(write_spec(tmp_path, spec)), tracker=InMemoryTracker(tmp_path / "a"))
     assert result.exit_code != 0
     assert "the data hold no validation rows; set data.validation_fraction" in str(result.outcome.errors)
+
+
+@pytest.mark.parametrize("scoring", ["label", "continuation"])
+def test_a_large_batch_runs_in_length_order_and_gives_each_questions_own_logits(
+    tmp_path: Path, language_model: tuple[Any, tuple[str, ...]], scoring: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More questions than one length group (an evaluation's batch): run a group at a time
+    (four here) in order of length and put back in the batch's order, the logits equal
+    those of each question alone."""
+    from bayesflow.llm import choices
+
+    monkeypatch.setattr(choices, "LENGTH_GROUP", 4)
+    model, names = language_model
+    data = {**DATA, "scoring": scoring, "validation_fraction": None, "test_fraction": 0.1}
+    if scoring == "label":
+        data.update(labels=["A", "B", "C", "D"], template="Question: {question}\n{choices}\nAnswer: ")
+    dataset = load_data(bayesflow.load(write_spec(tmp_path, continuation_spec(tmp_path, data=data))))
+    continuation = (4, int(dataset.continuation_tokens)) if dataset.continuation_tokens else None
+    problem = build_choice_problem(model, names, none(), 4, None if continuation else [65, 66, 67, 68],
+                                   continuation=continuation)
+    params = random_lora(problem)
+    inputs = torch.as_tensor(dataset.x_train)
+    assert len(inputs) > choices.LENGTH_GROUP
+    with torch.no_grad():
+        found = problem.forward(params, inputs)
+        alone = torch.cat([problem.forward(params, inputs[row:row + 1]) for row in range(len(inputs))])
+    torch.testing.assert_close(found, alone, rtol=1e-5, atol=1e-5)
