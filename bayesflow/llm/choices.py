@@ -156,9 +156,12 @@ def in_length_order(forward: Callable[[Tensor, Tensor], Tensor], params: Tensor,
     that are not tokens end each row) run :data:`LENGTH_GROUP` prompts at a time in order
     of length, each group cut to its longest (:func:`~bayesflow.llm.trunk.trimmed`), the
     outputs put back in the batch's order: an evaluation of hundreds of questions pays for
-    each question's tokens, not the longest question's. A batch of at most one group, or
-    one batched per chain under ``vmap`` (each chain's own rows), runs as it is."""
-    if inputs.shape[0] <= LENGTH_GROUP or is_functorch_wrapped_tensor(inputs) or torch.compiler.is_compiling():
+    each question's tokens, not the longest question's. Only without gradients (the
+    predictive's passes): a fit's or a curvature's forward runs its batch at once (KFAC's
+    hooks need each layer applied once a pass). A batch of at most one group, or one
+    batched per chain under ``vmap`` (each chain's own rows), runs as it is too."""
+    if (torch.is_grad_enabled() or inputs.shape[0] <= LENGTH_GROUP or is_functorch_wrapped_tensor(inputs)
+            or torch.compiler.is_compiling()):
         return forward(params, inputs)
     tokens = inputs[:, : inputs.shape[-1] - trailing] if trailing else inputs
     order = torch.argsort((tokens != PADDING).sum(-1), stable=True)

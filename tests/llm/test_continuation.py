@@ -244,12 +244,13 @@ def test_the_adapters_posteriors_on_continuations_log_the_classifier_metrics(tmp
 @pytest.mark.slow  # 2-4 s a family: KFAC's hooks through a transformer
 @pytest.mark.parametrize("kind", ["ggn", "fisher"])
 def test_kfac_factors_of_packed_questions_are_the_sum_of_each_question_alone(
-    tmp_path: Path, language_model: tuple[Any, tuple[str, ...]], kind: str
+    tmp_path: Path, language_model: tuple[Any, tuple[str, ...]], kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """KFAC on continuation-scored questions: every real position of a packed question is a
     row, the padding and the length columns none, so a padded batch's factors are the sums
     of each question's unpadded; with the length columns read as tokens they are not."""
     from bayesflow.engines.kfac import Layers, accumulate_factors
+    from bayesflow.llm import choices
     from bayesflow.llm.kfac import choice_kfac_layers, real_positions
 
     model, names = language_model
@@ -258,7 +259,8 @@ def test_kfac_factors_of_packed_questions_are_the_sum_of_each_question_alone(
     assert problem.observation.length_columns == 4  # type: ignore[union-attr]
     layers = choice_kfac_layers(problem, 4)
     params = random_lora(problem)
-    inputs, answers = torch.as_tensor(dataset.x_train[:4]), torch.as_tensor(dataset.y_train[:4])
+    monkeypatch.setattr(choices, "LENGTH_GROUP", 4)  # a batch larger than an evaluation's group
+    inputs, answers = torch.as_tensor(dataset.x_train[:8]), torch.as_tensor(dataset.y_train[:8])
     batch = accumulate_factors(problem, layers, params, (inputs, answers), kind)
     alone = sum(accumulate_factors(problem, layers, params, (row[row != PADDING][None], answer[None]), kind)
                 for row, answer in zip(inputs, answers))
