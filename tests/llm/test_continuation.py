@@ -24,7 +24,13 @@ from bayesflow.tracking import InMemoryTracker
 from bayesflow.variants import load_data
 from tests.llm.conftest import tiny
 from tests.llm.spec_helpers import tiny_lm, write_spec
-from tests.llm.test_multiple_choice import QUESTIONS, choice_spec, random_lora, validate
+from tests.llm.test_multiple_choice import (
+    QUESTIONS,
+    assert_equals_the_whole_forward,
+    choice_spec,
+    random_lora,
+    validate,
+)
 from tests.llm.test_validate import line_of
 
 # Bytes as tokens: a question's prompt, then " honey" (the continuation) after it.
@@ -143,7 +149,6 @@ def test_chains_share_the_trunk_of_every_choice_sequence(
     from bayesflow.engines.base import ChainBatch
     from bayesflow.engines.gradient import chain_gradient
     from bayesflow.llm.trunk import forget_kept, split_trunk
-    from tests.numerics import reordered
 
     forget_kept()
     model, names = language_model
@@ -165,15 +170,7 @@ def test_chains_share_the_trunk_of_every_choice_sequence(
         assert sum(calls) == 4  # four questions, each once with its four continuations
     finally:
         handle.remove()
-    with torch.no_grad():
-        expected = vmap(whole.forward, in_dims=(0, None))(chains, inputs)
-    expected_grads, expected_values = chain_gradient(whole, 1.0)(chains, own)
-    terms = 64 * inputs.shape[1]
-    torch.testing.assert_close(found, expected, **reordered(torch.float32, terms))
-    torch.testing.assert_close(values, expected_values, **reordered(torch.float32, terms))
-    scale = float(expected_grads.abs().max())
-    assert scale > 0
-    torch.testing.assert_close(grads, expected_grads, **reordered(torch.float32, terms, scale=scale))
+    assert_equals_the_whole_forward(whole, chains, inputs, own, found, values, grads)
 
 
 SPEC_PROBLEMS = {

@@ -5,7 +5,6 @@ Brier."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -231,7 +230,6 @@ def test_the_frozen_trunk_runs_each_padded_prompt_once_and_changes_nothing(
     from bayesflow.engines.base import ChainBatch
     from bayesflow.engines.gradient import chain_gradient
     from bayesflow.llm.trunk import forget_kept, split_trunk
-    from tests.numerics import reordered
 
     forget_kept()
     model, names = language_model
@@ -254,6 +252,20 @@ def test_the_frozen_trunk_runs_each_padded_prompt_once_and_changes_nothing(
         assert sum(calls) == 4  # four prompts, once each (one call per prompt length)
     finally:
         handle.remove()
+    assert_equals_the_whole_forward(whole, chains, inputs, own, found, values, grads)
+
+
+def assert_equals_the_whole_forward(
+    whole: Any, chains: torch.Tensor, inputs: torch.Tensor, own: Any, found: torch.Tensor, values: torch.Tensor,
+    grads: torch.Tensor,
+) -> None:
+    """The chains' outputs, values and gradients (through a shared trunk) equal those of the
+    problem ``whole`` that runs the whole forward, to float32 reordering."""
+    from torch.func import vmap
+
+    from bayesflow.engines.gradient import chain_gradient
+    from tests.numerics import reordered
+
     with torch.no_grad():
         expected = vmap(whole.forward, in_dims=(0, None))(chains, inputs)
     expected_grads, expected_values = chain_gradient(whole, 1.0)(chains, own)
