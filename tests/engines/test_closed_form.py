@@ -135,6 +135,8 @@ ELSEWHERE: dict[str, str] = {
             "the variance within 25% of mean-field 1/diag(Λ) at T = 1 and 1/4 (test_ivon)",
     "swag": "moments equal numpy's over the recorded SGD iterates; draws have the stated "
             "covariance at T = 0.5; T = 0 is the SWA mean (test_swag)",
+    "mc_dropout": "no temperature: MAP's fit with dropout on; its K passes equal the peft model's own in train "
+                  "mode, p -> 0 equals MAP (tests/llm/test_mc_dropout)",
 }
 
 

@@ -58,11 +58,10 @@ def test_nested_wrong_value_names_the_key_path(tmp_path: Path) -> None:
 def test_unknown_engine_suggests_the_closest(tmp_path: Path) -> None:
     """A misspelt engine name gets a suggestion and the list of engines."""
     path = write(tmp_path, TINY_SPEC.replace("engine: sghmc", "engine: sghcm"))
-    engines = ", ".join(METHODS.names())
-    assert problems(path) == [
-        (f"{path}:25:5: methods.sghmc.engine: unknown engine 'sghcm'; did you mean 'sghmc'? "
-        f"(expected one of: {engines})")
-    ]
+    (problem,) = problems(path)
+    prefix = f"{path}:25:5: methods.sghmc.engine: unknown engine 'sghcm'; did you mean 'sghmc'? (expected one of: "
+    assert problem.startswith(prefix) and problem.endswith(")")
+    assert sorted(problem[len(prefix):-1].split(", ")) == sorted(METHODS.names())  # the schema's order
 
 
 def test_all_problems_reported_at_once(tmp_path: Path) -> None:
